@@ -1,0 +1,56 @@
+# Two commands do everything on a fresh machine: `make local` and `make test`. See README.md.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CHECKOV_VENV := .venv-checkov
+CHECKOV_VERSION := 3.3.30
+CDK := npx --no-install cdk
+STACK ?= trainstack
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export AWS_EC2_METADATA_DISABLED := true
+export CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
+
+.PHONY: setup synth lint test cost local clean
+
+setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed ## venv + pinned deps + npm ci (idempotent)
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -e '.[cdk,dev]'
+	touch $@
+
+# checkov pins an old boto3, so it lives in a venv of its own.
+$(CHECKOV_VENV)/.installed:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet checkov==$(CHECKOV_VERSION)
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+synth: setup ## synthesize the stack into cdk.out (offline; fails on any unacknowledged cdk-nag finding)
+	$(CDK) synth -q
+
+lint: synth ## ruff, cfn-lint and checkov over the synthesized template
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/cfn-lint cdk.out/$(STACK).template.json
+	$(CHECKOV) -f cdk.out/$(STACK).template.json --framework cloudformation --skip-download --compact --quiet
+
+test: setup ## install, then run every test (ruff included)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest
+
+cost: synth ## the monthly idle cost of the synthesized stack, from tools/prices.json
+	$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json
+
+local: setup ## install, then run what exists of the offline pipeline (today: synth, gates, idle cost)
+	$(MAKE) --no-print-directory lint
+	$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json
+	@echo "make local: the emulated pipeline (S3 -> Step Functions -> Lambda -> SageMaker) is not built yet; see README."
+
+clean:
+	rm -rf cdk.out build .pytest_cache .ruff_cache

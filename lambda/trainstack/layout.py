@@ -1,0 +1,13 @@
+"""The S3 key layout shared by the stack (IAM grants, lifecycle rules) and the request builder."""
+
+from __future__ import annotations
+
+# Trigger bucket: users upload job specs (jobs/) and data (datasets/) here.
+DATASETS_PREFIX = "datasets/"
+
+# Artifacts bucket: everything a training job writes.
+MODELS_PREFIX = "models/"
+CHECKPOINTS_PREFIX = "checkpoints/"
+TENSORBOARD_PREFIX = "tensorboard/"
+
+JOB_WRITABLE_PREFIXES = (MODELS_PREFIX, CHECKPOINTS_PREFIX, TENSORBOARD_PREFIX)

@@ -1,0 +1,178 @@
+"""The EFA-ready training network: one-AZ private subnets, an S3 gateway endpoint, flow logs and
+the security group every multi-node job needs (self-referencing ingress *and* egress)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Aws, Fn, RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import custom_resources as cr
+from constructs import Construct
+
+from stacks.compliance import acknowledge, skip_checkov
+
+VPC_CIDR = "10.42.0.0/16"
+# A /20 gives 4,091 addresses per AZ: a p5.48xlarge job takes 32 EFA interfaces per node.
+TRAINING_SUBNET_MASK = 20
+PUBLIC_SUBNET_MASK = 26
+HTTPS = 443
+
+# Actions jobs (and SageMaker on their behalf) perform on S3 through the gateway endpoint.
+S3_ENDPOINT_ACTIONS = [
+    "s3:GetObject",
+    "s3:GetObjectVersion",
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:AbortMultipartUpload",
+    "s3:ListMultipartUploadParts",
+    "s3:ListBucket",
+    "s3:GetBucketLocation",
+]
+
+
+class TrainingNetwork(Construct):
+    """A VPC whose subnets hold training jobs' network interfaces.
+
+    Exposes `vpc`, `security_group` (give it to every job), `training_subnets` and `training_subnet_ids`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        reachable_buckets: Sequence[s3.IBucket],
+        log_key: kms.IKey,
+        log_retention_days: int,
+        subnet_count: int = 1,
+        availability_zone_ids: Sequence[str] = (),
+        nat_gateway: bool = False,
+        interface_endpoints: Sequence[str] = (),
+        inter_container_encryption: bool = False,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        training_subnet_type = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateway else ec2.SubnetType.PRIVATE_ISOLATED
+        subnets = [ec2.SubnetConfiguration(name="training", subnet_type=training_subnet_type, cidr_mask=TRAINING_SUBNET_MASK)]
+        if nat_gateway:
+            subnets.insert(
+                0, ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=PUBLIC_SUBNET_MASK)
+            )
+
+        # AZs as Fn::GetAZs tokens: no context lookup, so synth needs no credentials in any environment.
+        self.vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(VPC_CIDR),
+            availability_zones=[Fn.select(index, Fn.get_azs()) for index in range(subnet_count)],
+            subnet_configuration=subnets,
+            nat_gateways=1 if nat_gateway else 0,  # stated: the L2 default is one NAT per AZ
+            restrict_default_security_group=True,
+        )
+        if availability_zone_ids:
+            self._pin_availability_zone_ids(availability_zone_ids)
+        self.training_subnets = ec2.SubnetSelection(subnet_type=training_subnet_type)
+        self.training_subnet_ids: list[str] = self.vpc.select_subnets(subnet_type=training_subnet_type).subnet_ids
+
+        flow_log_group = logs.LogGroup(self, "FlowLogs", encryption_key=log_key, removal_policy=removal_policy)
+        flow_log_group.node.default_child.retention_in_days = log_retention_days
+        self.vpc.add_flow_log(
+            "FlowLog",
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),
+            traffic_type=ec2.FlowLogTrafficType.ALL,
+        )
+
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "TrainingSecurityGroup",
+            vpc=self.vpc,
+            description="Training job nodes: EFA/NCCL among themselves, HTTPS to S3",
+            allow_all_outbound=False,
+        )
+        self.security_group.add_ingress_rule(
+            self.security_group, ec2.Port.all_traffic(), "EFA and NCCL: all traffic from the job's own nodes"
+        )
+        # EFA needs this egress rule as well as the ingress one; without it NCCL/OFI hangs.
+        self.security_group.add_egress_rule(
+            self.security_group, ec2.Port.all_traffic(), "EFA and NCCL: all traffic to the job's own nodes"
+        )
+        if inter_container_encryption:
+            for port, what in (
+                (ec2.Port.udp(500), "IKE"),
+                (ec2.Port(protocol=ec2.Protocol.ESP, string_representation="ESP"), "ESP"),
+            ):
+                self.security_group.add_ingress_rule(self.security_group, port, f"Inter-container encryption: {what} from nodes")
+                self.security_group.add_egress_rule(self.security_group, port, f"Inter-container encryption: {what} to nodes")
+        skip_checkov(
+            self.security_group,
+            ("CKV2_AWS_5", "Attached at run time: every training job's VpcConfig names this group."),
+        )
+
+        self.s3_endpoint = self.vpc.add_gateway_endpoint(
+            "S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[self.training_subnets]
+        )
+        endpoint_buckets = [
+            resource for bucket in reachable_buckets for resource in (bucket.bucket_arn, bucket.arn_for_objects("*"))
+        ]
+        if "ecr.dkr" in interface_endpoints:
+            # Pulling images through the ECR endpoint fetches layers from this AWS-owned bucket.
+            endpoint_buckets.append(f"arn:{Aws.PARTITION}:s3:::prod-{Aws.REGION}-starport-layer-bucket/*")
+        self.s3_endpoint.add_to_policy(
+            iam.PolicyStatement(
+                sid="OnlyTheProjectBuckets",
+                principals=[iam.AnyPrincipal()],
+                actions=S3_ENDPOINT_ACTIONS,
+                resources=endpoint_buckets,
+            )
+        )
+        self.security_group.add_egress_rule(
+            ec2.Peer.prefix_list(self._s3_prefix_list_id()), ec2.Port.tcp(HTTPS), "HTTPS to S3 through the gateway endpoint"
+        )
+
+        for service in interface_endpoints:
+            endpoint = self.vpc.add_interface_endpoint(
+                f"Endpoint-{service}",
+                service=ec2.InterfaceVpcEndpointAwsService(service),
+                subnets=self.training_subnets,
+                open=False,
+            )
+            endpoint.connections.allow_default_port_from(self.security_group, f"Training jobs to {service}")
+
+    def _pin_availability_zone_ids(self, availability_zone_ids: Sequence[str]) -> None:
+        """Place subnets by AZ *ID* (stable across accounts; capacity reservations are per AZ ID)."""
+        for subnet_group in (self.vpc.public_subnets, self.vpc.private_subnets, self.vpc.isolated_subnets):
+            if not subnet_group:
+                continue
+            for subnet, az_id in zip(subnet_group, availability_zone_ids, strict=True):
+                cfn_subnet = subnet.node.default_child
+                cfn_subnet.add_property_deletion_override("AvailabilityZone")
+                cfn_subnet.add_property_override("AvailabilityZoneId", az_id)
+
+    def _s3_prefix_list_id(self) -> str:
+        """The region's S3 prefix list, resolved at deploy time (a synth-time lookup would need credentials)."""
+        lookup = cr.AwsCustomResource(
+            self,
+            "S3PrefixList",
+            on_update=cr.AwsSdkCall(
+                service="EC2",
+                action="describePrefixLists",
+                parameters={"Filters": [{"Name": "prefix-list-name", "Values": [f"com.amazonaws.{Aws.REGION}.s3"]}]},
+                physical_resource_id=cr.PhysicalResourceId.of(f"s3-prefix-list-{Aws.REGION}"),
+                output_paths=["PrefixLists.0.PrefixListId"],
+            ),
+            policy=cr.AwsCustomResourcePolicy.from_sdk_calls(resources=cr.AwsCustomResourcePolicy.ANY_RESOURCE),
+            install_latest_aws_sdk=False,
+        )
+        acknowledge(
+            lookup,
+            (
+                "AwsSolutions-IAM5[Resource::*]",
+                "ec2:DescribePrefixLists supports only resource '*' (it is a read-only list call).",
+            ),
+        )
+        return lookup.get_response_field("PrefixLists.0.PrefixListId")

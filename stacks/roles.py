@@ -1,0 +1,151 @@
+"""IAM roles. The SageMaker execution role lives here; the pipeline's Lambda and state-machine roles
+join it when the pipeline exists, each scoped the same way: grants on objects, not hand-written ARNs."""
+
+from __future__ import annotations
+
+from aws_cdk import ArnFormat, Stack
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct
+
+from stacks.compliance import acknowledge, nag_resource, skip_checkov
+from stacks.storage import TrainingStorage
+from trainstack.images import FRAMEWORK_REPOSITORIES
+from trainstack.layout import DATASETS_PREFIX, JOB_WRITABLE_PREFIXES
+
+# What SageMaker needs to attach a job's network interfaces in VPC mode; these calls do not
+# support resource-level scoping (see shared/reference/sagemaker-contract.md §3).
+VPC_MODE_ACTIONS = [
+    "ec2:CreateNetworkInterface",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteNetworkInterfacePermission",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeVpcs",
+    "ec2:DescribeDhcpOptions",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeSecurityGroups",
+]
+IMAGE_PULL_ACTIONS = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]
+TRAINING_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+# Wildcard actions that CDK's grant_read / grant_read_write emit (resources stay scoped).
+GRANT_ACTION_WILDCARDS = (
+    "s3:GetBucket*",
+    "s3:GetObject*",
+    "s3:List*",
+    "s3:Abort*",
+    "s3:DeleteObject*",
+    "kms:GenerateDataKey*",
+    "kms:ReEncrypt*",
+)
+
+
+class TrainingRoles(Construct):
+    """Exposes `execution_role`, the role every training job runs as."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        storage: TrainingStorage,
+        source_asset: s3_assets.Asset,
+        image_repository: ecr.IRepository | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        role = iam.Role(
+            self,
+            "SageMakerExecution",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description="Runs trainstack training jobs: reads datasets and code, writes models, checkpoints and logs",
+        )
+        self.execution_role = role
+
+        storage.trigger_bucket.grant_read(role, f"{DATASETS_PREFIX}*")
+        for prefix in JOB_WRITABLE_PREFIXES:
+            storage.artifacts_bucket.grant_read_write(role, f"{prefix}*")
+        source_asset.grant_read(role)
+        if image_repository is not None:
+            image_repository.grant_pull(role)
+
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="PullFrameworkImages",
+                actions=IMAGE_PULL_ACTIONS,
+                resources=[
+                    Stack.of(self).format_arn(
+                        service="ecr", account=repository.account, resource="repository", resource_name=repository.name
+                    )
+                    for repository in FRAMEWORK_REPOSITORIES
+                ],
+            )
+        )
+        unscoped = [
+            iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+            iam.PolicyStatement(sid="VpcModeNetworkInterfaces", actions=VPC_MODE_ACTIONS, resources=["*"]),
+            iam.PolicyStatement(
+                sid="TrainingMetrics",
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": TRAINING_METRICS_NAMESPACE}},
+            ),
+        ]
+        for statement in unscoped:
+            role.add_to_policy(statement)
+        training_logs_arn = Stack.of(self).format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name="/aws/sagemaker/TrainingJobs:*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="TrainingJobLogs",
+                actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+                resources=[training_logs_arn],
+            )
+        )
+        readable = [(storage.trigger_bucket, DATASETS_PREFIX, "Jobs read the datasets they are given, and only under datasets/.")]
+        writable = [
+            (storage.artifacts_bucket, prefix, f"Jobs write their own objects under {prefix} (one key per job lineage).")
+            for prefix in JOB_WRITABLE_PREFIXES
+        ]
+        acknowledge(
+            role,
+            *(
+                (f"AwsSolutions-IAM5[Resource::{nag_resource(self, bucket.arn_for_objects(f'{prefix}*'))}]", reason)
+                for bucket, prefix, reason in [*readable, *writable]
+            ),
+            *(
+                (
+                    f"AwsSolutions-IAM5[Action::{action}]",
+                    "Generated by CDK's bucket/key grant methods, scoped to this project's buckets and key.",
+                )
+                for action in GRANT_ACTION_WILDCARDS
+            ),
+            (
+                f"AwsSolutions-IAM5[Resource::{nag_resource(self, source_asset.bucket.arn_for_objects('*'))}]",
+                "Read-only on the CDK asset bucket, where cdk deploy publishes the training code tarball.",
+            ),
+            (
+                "AwsSolutions-IAM5[Resource::*]",
+                "ecr:GetAuthorizationToken, the VPC-mode ENI calls and cloudwatch:PutMetricData "
+                "support only resource '*'; PutMetricData is limited to the training-jobs namespace by condition.",
+            ),
+            (
+                f"AwsSolutions-IAM5[Resource::{nag_resource(self, training_logs_arn)}]",
+                "Each training job writes its own log streams inside the one SageMaker training-jobs log group.",
+            ),
+        )
+        skip_checkov(
+            role.node.find_child("DefaultPolicy"),
+            (
+                "CKV_AWS_109",
+                "ec2:CreateNetworkInterfacePermission is required by SageMaker VPC mode and supports only resource '*'.",
+            ),
+            (
+                "CKV_AWS_111",
+                "VPC-mode ENI calls and cloudwatch:PutMetricData support only resource '*'; PutMetricData is namespace-limited.",
+            ),
+        )

@@ -1,0 +1,206 @@
+"""Typed stack settings read from cdk.json context (overridable with `cdk synth -c key=value`).
+
+Values from cdk.json keep their JSON types; values from `-c` arrive as strings, so each parser
+accepts both. An invalid value fails synth with a `SettingsError` naming the setting and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, fields
+from typing import Any
+
+from trainstack.naming import DEFAULT_NAME_PREFIX, NAME_PREFIX_PATTERN
+
+# Interface endpoints a training VPC may need without NAT. Each costs ~$7.30/month per AZ
+# (see tools/prices.json), so none is on by default: SageMaker pulls images and ships logs outside
+# the job's VPC, and S3 goes through the free gateway endpoint.
+SUPPORTED_INTERFACE_ENDPOINTS = (
+    "ecr.api",
+    "ecr.dkr",
+    "logs",
+    "monitoring",
+    "sts",
+    "sagemaker.api",
+    "sagemaker.runtime",
+    "kms",
+    "ssm",
+    "secretsmanager",
+)
+REMOVAL_POLICIES = ("retain", "destroy")
+# The retention periods CloudWatch Logs accepts (PutRetentionPolicy).
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+AZ_ID_PATTERN = re.compile(r"^[a-z]{2,4}\d-az\d{1,2}$")
+ACCOUNT_PATTERN = re.compile(r"^\d{12}$")
+REGION_PATTERN = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+
+
+class SettingsError(ValueError):
+    """A cdk.json / `-c` setting is invalid; the message names the setting and the fix."""
+
+    def __init__(self, setting: str, value: Any, problem: str) -> None:
+        super().__init__(f"setting '{setting}' = {value!r}: {problem}")
+        self.setting = setting
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    """Everything a deployment may choose. Defaults are the safe, cheap-when-idle ones."""
+
+    account: str | None = None
+    region: str | None = None
+    name_prefix: str = DEFAULT_NAME_PREFIX
+    availability_zone_ids: tuple[str, ...] = ()
+    subnet_count: int = 1
+    nat_gateway: bool = False
+    interface_endpoints: tuple[str, ...] = ()
+    inter_container_encryption: bool = False
+    data_removal_policy: str = "retain"
+    checkpoint_expiry_days: int = 30
+    log_retention_days: int = 365
+    build_training_image: bool = False
+
+    @property
+    def environment_agnostic(self) -> bool:
+        return self.account is None and self.region is None
+
+    @property
+    def retain_data(self) -> bool:
+        return self.data_removal_policy == "retain"
+
+    @classmethod
+    def from_context(cls, get: Any) -> StackSettings:
+        """Build settings from a context getter such as `app.node.try_get_context`."""
+        raw = {f.name: get(f.name) for f in fields(cls)}
+        return cls.parse({k: v for k, v in raw.items() if v is not None})
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any]) -> StackSettings:
+        known = {f.name for f in fields(cls)}
+        for key in raw:
+            if key not in known:
+                raise SettingsError(key, raw[key], f"unknown setting; known settings: {sorted(known)}")
+        values: dict[str, Any] = {}
+        if "account" in raw:
+            values["account"] = _matching("account", raw["account"], ACCOUNT_PATTERN, "a 12-digit account id")
+        if "region" in raw:
+            values["region"] = _matching("region", raw["region"], REGION_PATTERN, "a region such as us-east-1")
+        if "name_prefix" in raw:
+            values["name_prefix"] = _matching(
+                "name_prefix",
+                raw["name_prefix"],
+                NAME_PREFIX_PATTERN,
+                "2-20 lower-case letters, digits or hyphens, starting with a letter",
+            )
+        if "availability_zone_ids" in raw:
+            az_ids = _string_list("availability_zone_ids", raw["availability_zone_ids"])
+            for az_id in az_ids:
+                if not AZ_ID_PATTERN.match(az_id):
+                    raise SettingsError(
+                        "availability_zone_ids", az_id, "not an AZ ID; use IDs such as use1-az4, not names such as us-east-1a"
+                    )
+            if len(set(az_ids)) != len(az_ids):
+                raise SettingsError("availability_zone_ids", az_ids, "each AZ ID may appear once")
+            values["availability_zone_ids"] = az_ids
+        if "subnet_count" in raw:
+            values["subnet_count"] = _integer("subnet_count", raw["subnet_count"], low=1, high=6)
+        for flag in ("nat_gateway", "inter_container_encryption", "build_training_image"):
+            if flag in raw:
+                values[flag] = _boolean(flag, raw[flag])
+        if "interface_endpoints" in raw:
+            endpoints = _string_list("interface_endpoints", raw["interface_endpoints"])
+            for endpoint in endpoints:
+                if endpoint not in SUPPORTED_INTERFACE_ENDPOINTS:
+                    raise SettingsError(
+                        "interface_endpoints",
+                        endpoint,
+                        f"unsupported endpoint; choose from {list(SUPPORTED_INTERFACE_ENDPOINTS)}",
+                    )
+            values["interface_endpoints"] = tuple(dict.fromkeys(endpoints))
+        if "data_removal_policy" in raw:
+            policy = str(raw["data_removal_policy"]).lower()
+            if policy not in REMOVAL_POLICIES:
+                raise SettingsError("data_removal_policy", raw["data_removal_policy"], f"use one of {list(REMOVAL_POLICIES)}")
+            values["data_removal_policy"] = policy
+        if "checkpoint_expiry_days" in raw:
+            values["checkpoint_expiry_days"] = _integer("checkpoint_expiry_days", raw["checkpoint_expiry_days"], low=1, high=3650)
+        if "log_retention_days" in raw:
+            days = _integer("log_retention_days", raw["log_retention_days"], low=1, high=3653)
+            if days not in LOG_RETENTION_DAYS:
+                raise SettingsError("log_retention_days", days, f"CloudWatch Logs accepts only {list(LOG_RETENTION_DAYS)}")
+            values["log_retention_days"] = days
+        settings = cls(**values)
+        settings._check_consistency(explicit_subnet_count="subnet_count" in raw)
+        return settings
+
+    def _check_consistency(self, *, explicit_subnet_count: bool) -> None:
+        if self.availability_zone_ids:
+            if explicit_subnet_count and self.subnet_count != len(self.availability_zone_ids):
+                raise SettingsError(
+                    "subnet_count",
+                    self.subnet_count,
+                    f"must equal the number of availability_zone_ids ({len(self.availability_zone_ids)}); omit it to derive it",
+                )
+            object.__setattr__(self, "subnet_count", len(self.availability_zone_ids))
+        if (self.account is None) != (self.region is None):
+            raise SettingsError(
+                "account" if self.account is None else "region",
+                None,
+                "set account and region together, or neither for an environment-agnostic stack",
+            )
+        if self.environment_agnostic and self.subnet_count > 2:
+            raise SettingsError(
+                "subnet_count",
+                self.subnet_count,
+                "an environment-agnostic stack can place at most 2 AZs; set account and region, or availability_zone_ids",
+            )
+
+    def describe(self) -> str:
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, sort_keys=True)
+
+
+def _matching(setting: str, value: Any, pattern: re.Pattern[str], expected: str) -> str:
+    text = str(value)
+    if not pattern.match(text):
+        raise SettingsError(setting, value, f"expected {expected}")
+    return text
+
+
+def _boolean(setting: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise SettingsError(setting, value, "expected true or false")
+
+
+def _integer(setting: str, value: Any, *, low: int, high: int) -> int:
+    if isinstance(value, bool):
+        raise SettingsError(setting, value, f"expected a whole number from {low} to {high}")
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise SettingsError(setting, value, f"expected a whole number from {low} to {high}") from None
+    if not low <= number <= high:
+        raise SettingsError(setting, value, f"expected a whole number from {low} to {high}")
+    return number
+
+
+def _string_list(setting: str, value: Any) -> tuple[str, ...]:
+    """A JSON list from cdk.json, or from `-c` a JSON list string or a comma-separated string."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                raise SettingsError(setting, value, 'expected a JSON list such as ["a","b"] or a comma-separated list') from None
+        else:
+            value = [part.strip() for part in text.split(",") if part.strip()]
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise SettingsError(setting, value, "expected a list of strings")
+    return tuple(value)

@@ -1,0 +1,98 @@
+"""The one Stack: it wires the constructs together and publishes what jobs need as outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import CfnOutput, Fn, RemovalPolicy, Stack, Tags
+from constructs import Construct
+
+from stacks.compliance import acknowledge_cdk_handler
+from stacks.image import TrainingImage
+from stacks.network import TrainingNetwork
+from stacks.roles import TrainingRoles
+from stacks.settings import StackSettings
+from stacks.source_bundle import TrainingSource
+from stacks.storage import TrainingStorage
+
+# Deploy-time singleton handlers that CDK adds for features we use: S3 EventBridge notifications,
+# AwsCustomResource (the S3 prefix-list lookup) and the default security group lockdown.
+CDK_HANDLER_IDS = (
+    "BucketNotificationsHandler050a0587b7544547bf325f094a3db834",
+    "AWS679f53fac002430cb0da5b7982bd2287",
+    "Custom::VpcRestrictDefaultSGCustomResourceProvider",
+)
+TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
+
+
+class TrainingStack(Stack):
+    """Storage, network, roles and training code for SageMaker distributed training jobs."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, settings: StackSettings, **kwargs: Any) -> None:
+        self._availability_zone_count = settings.subnet_count
+        super().__init__(scope, construct_id, description="trainstack: distributed PyTorch training on SageMaker", **kwargs)
+        Tags.of(self).add("project", settings.name_prefix)
+        removal = RemovalPolicy.RETAIN if settings.retain_data else RemovalPolicy.DESTROY
+
+        self.storage = TrainingStorage(
+            self,
+            "Storage",
+            name_prefix=settings.name_prefix,
+            retain_data=settings.retain_data,
+            checkpoint_expiry_days=settings.checkpoint_expiry_days,
+        )
+        self.source = TrainingSource(self, "TrainingSource", source_dir=TRAINING_DIR)
+        self.network = TrainingNetwork(
+            self,
+            "Network",
+            reachable_buckets=[self.storage.trigger_bucket, self.storage.artifacts_bucket, self.source.asset.bucket],
+            log_key=self.storage.key,
+            log_retention_days=settings.log_retention_days,
+            subnet_count=settings.subnet_count,
+            availability_zone_ids=settings.availability_zone_ids,
+            nat_gateway=settings.nat_gateway,
+            interface_endpoints=settings.interface_endpoints,
+            inter_container_encryption=settings.inter_container_encryption,
+            removal_policy=removal,
+        )
+        self.image = TrainingImage(self, "TrainingImage", source_dir=TRAINING_DIR) if settings.build_training_image else None
+        self.roles = TrainingRoles(
+            self,
+            "Roles",
+            storage=self.storage,
+            source_asset=self.source.asset,
+            image_repository=self.image.asset.repository if self.image else None,
+        )
+
+        self._acknowledge_cdk_handlers()
+
+        outputs = {
+            "TriggerBucketName": self.storage.trigger_bucket.bucket_name,
+            "ArtifactsBucketName": self.storage.artifacts_bucket.bucket_name,
+            "KeyArn": self.storage.key.key_arn,
+            "ExecutionRoleArn": self.roles.execution_role.role_arn,
+            "SecurityGroupId": self.network.security_group.security_group_id,
+            "TrainingSubnetIds": ",".join(self.network.training_subnet_ids),
+            "SourceS3Uri": self.source.s3_uri,
+            "InterContainerEncryption": str(settings.inter_container_encryption).lower(),
+        }
+        if self.image:
+            outputs["TrainingImageUri"] = self.image.asset.image_uri
+        for name, value in outputs.items():
+            CfnOutput(self, name, value=value)
+
+    @property
+    def availability_zones(self) -> list[str]:
+        """AZs as `Fn::GetAZs` tokens in every environment.
+
+        CDK's default looks the AZs up for a stack with an explicit account and region, which
+        needs credentials at synth; tokens keep synth offline. Subnets pinned by AZ ID ignore these.
+        """
+        return [Fn.select(index, Fn.get_azs()) for index in range(self._availability_zone_count)]
+
+    def _acknowledge_cdk_handlers(self) -> None:
+        for handler_id in CDK_HANDLER_IDS:
+            handler = self.node.try_find_child(handler_id)
+            if handler is not None:
+                acknowledge_cdk_handler(handler)

@@ -1,0 +1,84 @@
+"""The SageMaker execution role: only what a training job needs, scoped wherever AWS allows."""
+
+from __future__ import annotations
+
+from stacks.roles import IMAGE_PULL_ACTIONS, VPC_MODE_ACTIONS
+from trainstack.images import FRAMEWORK_REPOSITORIES
+
+# The only actions AWS offers no resource scoping for, so the only ones allowed on "*".
+ACTIONS_THAT_NEED_RESOURCE_STAR = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", *VPC_MODE_ACTIONS}
+
+
+def _statements(stack):
+    for logical_id, policy in {**stack.resources("AWS::IAM::Policy")}.items():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            yield logical_id, statement
+
+
+def _as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+def _execution_statements(stack):
+    return [s for logical_id, s in _statements(stack) if logical_id.startswith("RolesSageMakerExecution")]
+
+
+def test_execution_role_is_assumed_only_by_sagemaker(default_stack):
+    role = next(r for k, r in default_stack.resources("AWS::IAM::Role").items() if k.startswith("RolesSageMakerExecution"))
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    assert "ManagedPolicyArns" not in role["Properties"]
+
+
+def test_no_policy_in_the_stack_grants_every_action_of_a_service(all_options_stack):
+    for logical_id, statement in _statements(all_options_stack):
+        for action in _as_list(statement["Action"]):
+            assert action != "*" and not action.endswith(":*"), (logical_id, action)
+
+
+def test_resource_star_only_for_actions_aws_cannot_scope(default_stack):
+    for statement in _execution_statements(default_stack):
+        if "*" in _as_list(statement["Resource"]):
+            assert set(_as_list(statement["Action"])) <= ACTIONS_THAT_NEED_RESOURCE_STAR, statement
+
+
+def test_metrics_are_limited_to_the_training_jobs_namespace(default_stack):
+    statement = next(s for s in _execution_statements(default_stack) if s["Action"] == "cloudwatch:PutMetricData")
+    assert statement["Condition"] == {"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/TrainingJobs"}}
+
+
+def test_vpc_mode_network_interface_actions_are_granted(default_stack):
+    granted = {a for s in _execution_statements(default_stack) for a in _as_list(s["Action"])}
+    assert set(VPC_MODE_ACTIONS) <= granted
+
+
+def test_framework_images_are_pullable_from_exactly_their_repositories(default_stack):
+    statement = next(s for s in _execution_statements(default_stack) if set(_as_list(s["Action"])) == set(IMAGE_PULL_ACTIONS))
+    rendered = [str(r) for r in statement["Resource"]]
+    assert len(rendered) == len(FRAMEWORK_REPOSITORIES)
+    for repository in FRAMEWORK_REPOSITORIES:
+        assert any(repository.account in r and f"repository/{repository.name}" in r for r in rendered)
+
+
+def test_jobs_write_only_models_checkpoints_and_tensorboard_prefixes(default_stack):
+    writes = [s for s in _execution_statements(default_stack) if "s3:PutObject" in _as_list(s["Action"])]
+    object_resources = [r for s in writes for r in _as_list(s["Resource"]) if "Fn::Join" in r]
+    prefixes = {part for r in object_resources for part in r["Fn::Join"][1] if isinstance(part, str)}
+    assert prefixes == {"/models/*", "/checkpoints/*", "/tensorboard/*"}
+
+
+def test_jobs_read_datasets_but_not_job_specs_from_the_trigger_bucket(default_stack):
+    reads = [s for s in _execution_statements(default_stack) if "s3:GetObject*" in _as_list(s["Action"])]
+    rendered = str([s["Resource"] for s in reads])
+    assert "/datasets/*" in rendered
+    assert "/jobs/" not in rendered
+
+
+def test_built_image_setting_grants_pull_on_the_project_image_repository():
+    from tests.synth import synthesize
+
+    stack = synthesize(build_training_image=True)
+    statements = [s for logical_id, s in _statements(stack) if logical_id.startswith("RolesSageMakerExecution")]
+    pulls = [s for s in statements if "ecr:BatchGetImage" in _as_list(s["Action"])]
+    assert any("container-assets" in str(s["Resource"]) for s in pulls)
+    assert "TrainingImageUri" in stack.json["Outputs"]

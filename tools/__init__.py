@@ -1,0 +1,1 @@
+"""Developer tools that read what the CDK app synthesizes (not deployed)."""
