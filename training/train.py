@@ -1,0 +1,56 @@
+"""trainstack's training entry point: one script for ddp, smddp, smp and fsdp.
+
+Launch commands:
+    # on a laptop or CI (CPU, gloo), on the shipped sample data
+    torchrun --nproc_per_node 2 training/train.py --strategy ddp --model gpt-tiny --max_steps 20 --seed 0 --model_dir out/
+    torchrun --nproc_per_node 2 training/train.py --strategy fsdp --model gpt-tiny --precision bf16 --max_steps 20
+    python training/train.py --model mnist-cnn --max_steps 50            # one process, no process group
+
+    # on SageMaker, the framework container runs it with the hyperparameters as --name value
+    # (distribution torch_distributed -> torchrun; smdistributed.dataparallel -> smddp; modelparallel -> smp)
+
+Every start resumes from the newest complete checkpoint in --checkpoint_dir (/opt/ml/checkpoints),
+which is how spot restarts and retries continue. SIGTERM saves a checkpoint and exits 0.
+A failure writes its reason to <output_dir>/failure (the job's FailureReason) and exits 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the package beside this script, as in the container
+
+from trainstack_training.config import ConfigError, TrainConfig, parse_config
+from trainstack_training.faults import write_failure
+from trainstack_training.trainer import run
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    output_dir = os.environ.get("SM_OUTPUT_DIR", "/opt/ml/output")
+    try:
+        config: TrainConfig = parse_config(argv)
+        output_dir = config.output_dir
+        outcome = run(config)
+    except ConfigError as error:
+        return _fail(output_dir, f"invalid hyperparameters: {error}")
+    except Exception as error:  # any failure must reach FailureReason, then exit non-zero
+        traceback.print_exc()
+        return _fail(output_dir, f"{type(error).__name__}: {error}")
+    logging.getLogger("trainstack").info("training %s", outcome)
+    return 0
+
+
+def _fail(output_dir: str, reason: str) -> int:
+    rank = os.environ.get("RANK", "0")
+    print(f"trainstack: rank {rank}: {reason}", file=sys.stderr, flush=True)
+    write_failure(output_dir, f"rank {rank}: {reason}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,2 @@
+"""The training package our SageMaker jobs run: models apart from parallelism, one strategy
+module per kind of parallelism, and small components for data, checkpoints, metrics and faults."""

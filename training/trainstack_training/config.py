@@ -1,0 +1,166 @@
+"""The training run's typed configuration: parsed once, validated, logged once as JSON.
+
+Hyperparameters arrive as `--name value` arguments (SageMaker script mode passes every
+hyperparameter that way, as strings) and as the JSON object in `SM_HPS`; arguments win. Canonical
+names use underscores; `--micro-batch-size` is accepted as a spelling of `--micro_batch_size`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+
+STRATEGIES = ("ddp", "smddp", "smp", "fsdp")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+class ConfigError(ValueError):
+    """A hyperparameter is unknown, malformed or inconsistent; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every knob of a training run. Paths default to the SageMaker container layout."""
+
+    strategy: str = "ddp"
+    model: str = "gpt-tiny"
+    max_steps: int = 100
+    seed: int = 0
+    micro_batch_size: int = 8
+    grad_accum: int = 1
+    seq_len: int = 0  # 0: the model's own context length
+    lr: float = 3e-4
+    min_lr: float = 3e-5
+    warmup_steps: int = 10
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    precision: str = "fp32"
+    activation_checkpointing: bool = False
+    activation_offloading: bool = False
+    zero1: bool = False
+    # DDP knobs
+    bucket_cap_mb: int = 25
+    gradient_as_bucket_view: bool = True
+    static_graph: bool = False
+    # FSDP2 knobs
+    cpu_offload: bool = False
+    reshard_after_forward: bool = True
+    # SMP v2: the JSON the SageMaker SDK passes as the `mp_parameters` hyperparameter
+    mp_parameters: str = "{}"
+    checkpoint_every: int = 50
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    checkpoint_dir: str = "/opt/ml/checkpoints"
+    model_dir: str = field(default_factory=lambda: os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
+    data_dir: str = field(default_factory=lambda: os.environ.get("SM_CHANNEL_TRAIN", ""))
+    output_dir: str = field(default_factory=lambda: os.environ.get("SM_OUTPUT_DIR", "/opt/ml/output"))
+    tensorboard_dir: str = ""
+
+    def __post_init__(self) -> None:
+        _one_of("strategy", self.strategy, STRATEGIES)
+        _one_of("precision", self.precision, PRECISIONS)
+        for name in ("max_steps", "micro_batch_size", "grad_accum", "log_every", "checkpoint_every", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"hyperparameter '{name}' = {getattr(self, name)}: must be at least 1")
+        if self.seq_len < 0:
+            raise ConfigError(f"hyperparameter 'seq_len' = {self.seq_len}: must be 0 (the model's context) or positive")
+        if self.zero1 and self.strategy not in ("ddp", "smddp"):
+            raise ConfigError(
+                f"hyperparameter 'zero1' is for ddp/smddp; strategy '{self.strategy}' already shards optimizer state"
+            )
+        if self.cpu_offload and self.strategy != "fsdp":
+            raise ConfigError("hyperparameter 'cpu_offload' needs strategy 'fsdp' (FSDP2 CPUOffloadPolicy)")
+        try:
+            parsed = json.loads(self.mp_parameters)
+        except json.JSONDecodeError:
+            raise ConfigError(f"hyperparameter 'mp_parameters' = {self.mp_parameters!r}: not a JSON object") from None
+        if not isinstance(parsed, dict):
+            raise ConfigError(f"hyperparameter 'mp_parameters' = {self.mp_parameters!r}: not a JSON object")
+
+    @property
+    def smp_parameters(self) -> dict[str, typing.Any]:
+        return json.loads(self.mp_parameters)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> TrainConfig:
+    """Build the config from `SM_HPS`, then `--name value` arguments, over the defaults."""
+    environ = os.environ if environ is None else environ
+    raw: dict[str, str] = {}
+    for name, value in json.loads(environ.get("SM_HPS", "{}") or "{}").items():
+        raw[_canonical(name)] = value if isinstance(value, str) else json.dumps(value)
+    raw.update(_arguments(argv))
+    raw.setdefault("strategy", default_strategy(environ))
+    known = {f.name: f for f in fields(TrainConfig)}
+    values: dict[str, typing.Any] = {}
+    for name, text in raw.items():
+        if name not in known:
+            raise ConfigError(f"unknown hyperparameter '{name}'; known: {', '.join(sorted(known))}")
+        values[name] = _coerce(name, text, known[name].type)
+    return TrainConfig(**values)
+
+
+def default_strategy(environ: Mapping[str, str]) -> str:
+    """The strategy implied by how SageMaker launched the container (its `distribution`)."""
+    mp_parameters = environ.get("SM_HP_MP_PARAMETERS", "")
+    if mp_parameters and mp_parameters != "{}":
+        return "smp"
+    framework = json.loads(environ.get("SM_TRAINING_ENV", "{}") or "{}").get("additional_framework_parameters", {})
+    if framework.get("sagemaker_distributed_dataparallel_enabled") in (True, "true"):
+        return "smddp"
+    return "ddp"
+
+
+def _canonical(name: str) -> str:
+    return name.lstrip("-").replace("-", "_")
+
+
+def _arguments(argv: Sequence[str]) -> dict[str, str]:
+    parsed: dict[str, str] = {}
+    items = list(argv)
+    index = 0
+    while index < len(items):
+        token = items[index]
+        if not token.startswith("--"):
+            raise ConfigError(f"unexpected argument {token!r}: hyperparameters are passed as --name value")
+        if "=" in token:
+            name, value = token.split("=", 1)
+            index += 1
+        elif index + 1 < len(items) and not items[index + 1].startswith("--"):
+            name, value = token, items[index + 1]
+            index += 2
+        else:
+            name, value = token, "true"  # a bare flag
+            index += 1
+        parsed[_canonical(name)] = value
+    return parsed
+
+
+def _coerce(name: str, text: str, annotation: typing.Any) -> typing.Any:
+    kind = {"int": int, "float": float, "bool": bool, "str": str}.get(annotation, annotation)
+    if isinstance(kind, types.UnionType):
+        kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
+    try:
+        if kind is bool:
+            lowered = text.strip().lower()
+            if lowered not in ("true", "false", "1", "0"):
+                raise ValueError
+            return lowered in ("true", "1")
+        if kind is int:
+            return int(float(text)) if float(text).is_integer() else int(text)
+        if kind is float:
+            return float(text)
+    except ValueError:
+        raise ConfigError(f"hyperparameter '{name}' = {text!r}: expected {kind.__name__}") from None
+    return text
+
+
+def _one_of(name: str, value: str, allowed: Sequence[str]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"hyperparameter '{name}' = {value!r}: choose one of {', '.join(allowed)}")

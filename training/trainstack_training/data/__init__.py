@@ -1,0 +1,1 @@
+"""Data sources and the resumable, rank-aware plan for reading them."""

@@ -1,0 +1,38 @@
+"""Interruptions and failures, the way SageMaker delivers and reads them.
+
+SageMaker stops a job (user stop, spot reclaim, max runtime) with SIGTERM and about 120 seconds
+before SIGKILL; the handler only sets a flag, and the loop saves a checkpoint at the next step
+boundary and exits cleanly. A failure's reason goes to `<output_dir>/failure`, which becomes the
+job's FailureReason (first 1,024 characters).
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from types import FrameType
+
+
+class StopRequest:
+    def __init__(self) -> None:
+        self.requested = False
+        self.signal_name = ""
+
+    def install(self) -> StopRequest:
+        signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+        self.signal_name = signal.Signals(signum).name
+
+
+def write_failure(output_dir: str | Path, reason: str) -> None:
+    """Record the first failure only: the first reason is the cause, later ones are echoes."""
+    path = Path(output_dir) / "failure"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("x") as handle:
+            handle.write(reason[:1024])
+    except (FileExistsError, OSError):
+        pass

@@ -1,0 +1,89 @@
+"""Log lines are a contract: `MetricDefinitions` in the request builder parse them with regexes.
+
+Every log interval prints one line of `key=value` pairs on rank 0, e.g.
+    step=20 loss=2.3456 lr=3.000e-04 tokens_per_sec=1234.5 step_time=0.123 mfu=0.412
+`mfu=` appears only where the accelerator's peak FLOP/s for the run's precision is known:
+a guessed peak gives a wrong number, which is worse than none.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+# Dense peak FLOP/s per GPU by (device-name fragment, precision), from vendor data sheets.
+# fp32 matmuls run on TF32 tensor cores only when allowed; otherwise the plain FP32 peak applies.
+PEAK_FLOPS: dict[tuple[str, str], float] = {
+    ("H200", "bf16"): 989e12,
+    ("H200", "fp16"): 989e12,
+    ("H100", "bf16"): 989e12,
+    ("H100", "fp16"): 989e12,
+    ("H100", "tf32"): 494e12,
+    ("H100", "fp32"): 67e12,
+    ("A100", "bf16"): 312e12,
+    ("A100", "fp16"): 312e12,
+    ("A100", "tf32"): 156e12,
+    ("A100", "fp32"): 19.5e12,
+    ("A10G", "bf16"): 70e12,
+    ("A10G", "fp16"): 70e12,
+    ("L4", "bf16"): 121e12,
+    ("L4", "fp16"): 121e12,
+    ("V100", "fp16"): 125e12,
+    ("V100", "fp32"): 15.7e12,
+    ("T4", "fp16"): 65e12,
+}
+
+
+def peak_flops(device: torch.device, precision: str) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    if precision == "fp32" and torch.backends.cuda.matmul.allow_tf32:
+        precision = "tf32"
+    for (fragment, kind), flops in PEAK_FLOPS.items():
+        if fragment in name and kind == precision:
+            return flops
+    return None
+
+
+# How each key prints; the request builder's regexes expect exactly these shapes.
+FORMATS = {
+    "step": "{:d}",
+    "loss": "{:.4f}",
+    "lr": "{:.3e}",
+    "grad_norm": "{:.4f}",
+    "tokens_per_sec": "{:.1f}",
+    "samples_per_sec": "{:.1f}",
+    "step_time": "{:.4f}",
+    "mfu": "{:.4f}",
+}
+
+
+def format_line(values: dict[str, float | int]) -> str:
+    return " ".join(f"{key}={FORMATS[key].format(value)}" for key, value in values.items())
+
+
+class Throughput:
+    """Tokens (or samples) per second and MFU over the last log interval."""
+
+    def __init__(self, flops_per_token: float | None, peak: float | None, world_size: int) -> None:
+        self.flops_per_token = flops_per_token
+        self.peak = peak
+        self.world_size = world_size
+        self._start = time.perf_counter()
+        self._units = 0
+        self._steps = 0
+
+    def add(self, units: int) -> None:
+        self._units += units
+        self._steps += 1
+
+    def report(self) -> dict[str, float]:
+        elapsed = max(time.perf_counter() - self._start, 1e-9)
+        rate = self._units / elapsed
+        values = {"rate": rate, "step_time": elapsed / max(self._steps, 1)}
+        if self.flops_per_token and self.peak:
+            values["mfu"] = rate * self.flops_per_token / (self.peak * self.world_size)
+        self._start, self._units, self._steps = time.perf_counter(), 0, 0
+        return values

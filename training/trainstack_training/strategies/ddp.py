@@ -1,0 +1,26 @@
+"""Plain DDP under torchrun: NCCL on GPU, gloo on CPU. Also the base of smddp."""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from trainstack_training.config import TrainConfig
+from trainstack_training.distributed import DistContext
+from trainstack_training.strategies.base import Parallelized
+from trainstack_training.strategies.memory import apply_activation_memory
+
+
+def apply(model: nn.Module, config: TrainConfig, context: DistContext) -> Parallelized:
+    model.to(context.device)
+    apply_activation_memory(model, config)
+    if not context.is_distributed:
+        return Parallelized(module=model, model=model)
+    wrapped = DistributedDataParallel(
+        model,
+        device_ids=[context.local_rank] if context.device.type == "cuda" else None,
+        bucket_cap_mb=config.bucket_cap_mb,
+        gradient_as_bucket_view=config.gradient_as_bucket_view,
+        static_graph=config.static_graph,
+    )
+    return Parallelized(module=wrapped, model=model, no_sync=wrapped.no_sync)

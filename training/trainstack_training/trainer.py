@@ -1,0 +1,185 @@
+"""The training loop, in run order: bootstrap, data, model, strategy, optimizer, resume, steps,
+checkpoints, export. Every strategy runs through this one loop."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.optim import ZeroRedundancyOptimizer
+
+from trainstack_training import distributed
+from trainstack_training.checkpoint import Checkpointer, Progress, TrainingState, export_model
+from trainstack_training.config import TrainConfig
+from trainstack_training.data.images import ImageSet
+from trainstack_training.data.sampler import EpochShuffle, ShardPlan, micro_batch_indices
+from trainstack_training.data.tokens import TokenShards
+from trainstack_training.faults import StopRequest
+from trainstack_training.metrics import Throughput, format_line, peak_flops
+from trainstack_training.models import GPT_SIZES, build_model, is_language_model
+from trainstack_training.precision import autocast, grad_scaler
+from trainstack_training.strategies import parallelize
+
+log = logging.getLogger("trainstack")
+SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data"
+
+
+def run(config: TrainConfig) -> str:
+    """Train until max_steps (returns "completed") or a stop request (returns "stopped")."""
+    context = distributed.init_distributed(config.strategy)
+    try:
+        return _train(config, context)
+    finally:
+        distributed.shutdown(context)
+
+
+def _train(config: TrainConfig, context: distributed.DistContext) -> str:
+    if context.is_main:
+        log.info("config %s", config.to_json())
+    torch.manual_seed(config.seed)  # the same initial weights on every rank
+    language_model = is_language_model(config.model)
+    seq_len = config.seq_len or (GPT_SIZES[config.model].block_size if language_model else 0)
+    dataset = _open_dataset(config, seq_len)
+    model = build_model(config.model)
+    flops_per_token = model.flops_per_token(seq_len) if language_model else None
+
+    parallel = parallelize(model, config, context)
+    zero1 = config.zero1 and context.is_distributed
+    optimizer = _optimizer(parallel.module, config, zero1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, config))
+    scaler = grad_scaler(config.precision, context.device, sharded=parallel.shards_optimizer_state)
+    casts_itself = parallel.shards_optimizer_state  # FSDP casts through its mixed-precision policy
+
+    plan = ShardPlan(context.rank, context.world_size, config.micro_batch_size, config.grad_accum)
+    progress = Progress(world_size=context.world_size, global_batch=plan.global_batch)
+    state = TrainingState(parallel.module, optimizer, scheduler, progress, context, optimizer_in_dcp=not zero1)
+    checkpointer = Checkpointer(config.checkpoint_dir, config.keep_checkpoints, context)
+    _resume(checkpointer, state, optimizer if zero1 else None, plan, context)
+
+    shuffle = EpochShuffle(len(dataset), config.seed)
+    stop = StopRequest().install()
+    throughput = Throughput(flops_per_token, peak_flops(context.device, config.precision), context.world_size)
+    parallel.module.train()
+    while progress.step < config.max_steps:
+        loss = torch.zeros((), device=context.device)
+        for micro_step in range(config.grad_accum):
+            inputs, targets = dataset.batch(micro_batch_indices(plan, shuffle, progress.position, micro_step))
+            inputs, targets = inputs.to(context.device), targets.to(context.device)
+            last = micro_step == config.grad_accum - 1
+            with (
+                parallel.no_sync() if not last else contextlib.nullcontext(),
+                autocast(config.precision, context.device, casts_itself),
+            ):
+                micro_loss = parallel.module(inputs, targets) / config.grad_accum
+                (scaler.scale(micro_loss) if scaler else micro_loss).backward()
+            loss += micro_loss.detach()
+        grad_norm = _step(parallel.module, optimizer, scaler, config.grad_clip)
+        scheduler.step()
+        progress.step += 1
+        progress.position += plan.global_batch
+        throughput.add(plan.global_batch * (seq_len or 1))
+
+        if progress.step % config.log_every == 0 or progress.step == config.max_steps:
+            mean_loss = distributed.all_reduce_mean(loss, context).item()
+            rates = throughput.report()
+            line = {"step": progress.step, "loss": mean_loss, "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm}
+            line["tokens_per_sec" if language_model else "samples_per_sec"] = rates["rate"]
+            line["step_time"] = rates["step_time"]
+            if "mfu" in rates:
+                line["mfu"] = rates["mfu"]
+            if context.is_main:
+                print(format_line(line), flush=True)
+
+        if distributed.any_rank(stop.requested, context):
+            path = checkpointer.save(state, optimizer if zero1 else None)
+            if context.is_main:
+                log.warning(
+                    "stop requested (%s): saved %s at step %d, exiting", stop.signal_name or "SIGTERM", path, progress.step
+                )
+            return "stopped"
+        if progress.step % config.checkpoint_every == 0 or progress.step == config.max_steps:
+            checkpointer.save(state, optimizer if zero1 else None)
+
+    export_model(parallel.module, config.model_dir, lambda: _describe(config, seq_len), context)
+    return "completed"
+
+
+def _open_dataset(config: TrainConfig, seq_len: int) -> TokenShards | ImageSet:
+    if is_language_model(config.model):
+        directory = Path(config.data_dir) if config.data_dir else SAMPLE_DATA / "tokens"
+        return TokenShards(directory, seq_len, GPT_SIZES[config.model].vocab_size)
+    return ImageSet(Path(config.data_dir) if config.data_dir else SAMPLE_DATA / "digits")
+
+
+def _optimizer(module: torch.nn.Module, config: TrainConfig, zero1: bool) -> torch.optim.Optimizer:
+    decay = [p for p in module.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in module.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if zero1:
+        # ZeRO-1: each rank keeps the AdamW state of its own partition of the parameters.
+        optimizer = ZeroRedundancyOptimizer(
+            decay, optimizer_class=torch.optim.AdamW, lr=config.lr, weight_decay=config.weight_decay
+        )
+        optimizer.add_param_group({"params": no_decay, "weight_decay": 0.0})
+        return optimizer
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.95))
+
+
+def _lr_factor(step: int, config: TrainConfig) -> float:
+    """Linear warmup, then cosine decay to min_lr at max_steps."""
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps)
+    floor = config.min_lr / config.lr
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def _step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, grad_clip: float) -> float:
+    if scaler:
+        scaler.unscale_(optimizer)
+    clip = getattr(module, "clip_grad_norm_", None)  # FSDP1 needs its own (sharded) norm
+    norm = clip(grad_clip) if clip else torch.nn.utils.clip_grad_norm_(module.parameters(), grad_clip)
+    if hasattr(norm, "full_tensor"):  # FSDP2 returns a DTensor
+        norm = norm.full_tensor()
+    if scaler:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(norm)
+
+
+def _resume(checkpointer: Checkpointer, state: TrainingState, zero1_optimizer: Any, plan: ShardPlan, context: Any) -> None:
+    latest = checkpointer.latest()
+    if latest is None:
+        return
+    checkpointer.load(latest, state, zero1_optimizer)
+    saved_world, saved_batch = state.progress.world_size, state.progress.global_batch
+    if context.is_main:
+        log.info("resumed from %s at step %d, example position %d", latest, state.progress.step, state.progress.position)
+        if saved_world != context.world_size:
+            # The position counts examples for the whole job, so the data is re-split over the
+            # new ranks from exactly where it stopped; nothing is skipped or repeated.
+            log.warning(
+                "data-parallel degree changed from %d to %d: continuing at example %d with the global batch re-split",
+                saved_world,
+                context.world_size,
+                state.progress.position,
+            )
+        if saved_batch != plan.global_batch:
+            log.warning("global batch changed from %d to %d examples per step", saved_batch, plan.global_batch)
+    state.progress.world_size, state.progress.global_batch = context.world_size, plan.global_batch
+
+
+def _describe(config: TrainConfig, seq_len: int) -> dict[str, Any]:
+    description: dict[str, Any] = {"model": config.model, "train_config": asdict(config), "format": "torch state_dict (model.pt)"}
+    if is_language_model(config.model):
+        description["gpt"] = asdict(GPT_SIZES[config.model])
+        description["seq_len"] = seq_len
+    return description
