@@ -11,13 +11,13 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_EC2_METADATA_DISABLED := true
 export CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
-.PHONY: setup synth lint test cost local clean
+.PHONY: setup synth lint test test-fast cost local bench-train image clean
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed ## venv + pinned deps + npm ci (idempotent)
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[cdk,dev]'
+	$(PY) -m pip install --quiet -e '.[cdk,dev,train]'
 	touch $@
 
 # checkov pins an old boto3, so it lives in a venv of its own.
@@ -47,10 +47,21 @@ test: setup ## install, then run every test (ruff included)
 cost: synth ## the monthly idle cost of the synthesized stack, from tools/prices.json
 	$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json
 
-local: setup ## install, then run what exists of the offline pipeline (today: synth, gates, idle cost)
+test-fast: setup ## every test but the slow (torchrun, toolkit) and gate (checkers, CLI) ones
+	$(PY) -m pytest -m "not slow and not gates"
+
+local: setup ## install, then run what exists of the offline pipeline: synth + gates + idle cost, then the training job
 	$(MAKE) --no-print-directory lint
 	$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json
-	@echo "make local: the emulated pipeline (S3 -> Step Functions -> Lambda -> SageMaker) is not built yet; see README."
+	PYTHONPATH=local $(PY) -m trainstack_local
+	@echo "make local: not emulated yet: the upload -> EventBridge -> Step Functions -> Lambda -> CreateTrainingJob steps (see README)."
+
+bench-train: setup ## our entry point vs a bare PyTorch loop (tokens/s, medians) and checkpoint cost, on CPU
+	$(PY) tools/bench_train.py
+
+image: ## build the training images (needs a Docker engine; not part of CI)
+	docker build -f training/Dockerfile -t trainstack-training:latest training
+	docker build -f training/Dockerfile.smp -t trainstack-training-smp:latest training
 
 clean:
 	rm -rf cdk.out build .pytest_cache .ruff_cache

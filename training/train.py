@@ -24,17 +24,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the package beside this script, as in the container
 
-from trainstack_training.config import ConfigError, TrainConfig, parse_config
+from trainstack_training.config import ConfigError, TrainConfig, parse_config, requested_output_dir
 from trainstack_training.faults import write_failure
 from trainstack_training.trainer import run
 
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    output_dir = os.environ.get("SM_OUTPUT_DIR", "/opt/ml/output")
+    output_dir = requested_output_dir(argv)
     try:
         config: TrainConfig = parse_config(argv)
-        output_dir = config.output_dir
         outcome = run(config)
     except ConfigError as error:
         return _fail(output_dir, f"invalid hyperparameters: {error}")

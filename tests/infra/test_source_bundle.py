@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from stacks.source_bundle import write_source_tarball
+from stacks.tarball import write_source_tarball
 
 
 @pytest.fixture

@@ -106,6 +106,15 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
     return TrainConfig(**values)
 
 
+def requested_output_dir(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> str:
+    """Where to report a failure even when the config itself failed to parse."""
+    environ = os.environ if environ is None else environ
+    try:
+        return _arguments(argv).get("output_dir") or environ.get("SM_OUTPUT_DIR", "/opt/ml/output")
+    except ConfigError:
+        return environ.get("SM_OUTPUT_DIR", "/opt/ml/output")
+
+
 def default_strategy(environ: Mapping[str, str]) -> str:
     """The strategy implied by how SageMaker launched the container (its `distribution`)."""
     mp_parameters = environ.get("SM_HP_MP_PARAMETERS", "")

@@ -27,6 +27,7 @@ from trainstack_training.strategies import parallelize
 
 log = logging.getLogger("trainstack")
 SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data"
+ADAMW_BETAS = (0.9, 0.95)
 
 
 def run(config: TrainConfig) -> str:
@@ -117,17 +118,17 @@ def _open_dataset(config: TrainConfig, seq_len: int) -> TokenShards | ImageSet:
 
 
 def _optimizer(module: torch.nn.Module, config: TrainConfig, zero1: bool) -> torch.optim.Optimizer:
+    """AdamW without weight decay on biases and norms; with zero1, each rank keeps only the AdamW
+    state of its own partition of the parameters (ZeRO stage 1)."""
     decay = [p for p in module.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in module.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    options = {"lr": config.lr, "betas": ADAMW_BETAS}
     if zero1:
-        # ZeRO-1: each rank keeps the AdamW state of its own partition of the parameters.
-        optimizer = ZeroRedundancyOptimizer(
-            decay, optimizer_class=torch.optim.AdamW, lr=config.lr, weight_decay=config.weight_decay
-        )
+        optimizer = ZeroRedundancyOptimizer(decay, optimizer_class=torch.optim.AdamW, weight_decay=config.weight_decay, **options)
         optimizer.add_param_group({"params": no_decay, "weight_decay": 0.0})
         return optimizer
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.95))
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, **options)
 
 
 def _lr_factor(step: int, config: TrainConfig) -> float:

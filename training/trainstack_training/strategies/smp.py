@@ -3,6 +3,8 @@ tensor parallelism, then PyTorch FSDP (the FSDP1 class, which SMP extends) with 
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
@@ -27,20 +29,26 @@ def check_degrees(parameters: dict, world_size: int) -> tuple[int, int]:
     return hybrid, tensor
 
 
+def fsdp_options(config: TrainConfig, context: DistContext, block_types: set[type]) -> dict[str, Any]:
+    """FSDP1 arguments for SMP v2: hybrid sharding when hybrid_shard_degree is between 1 and the world."""
+    hybrid, _ = check_degrees(config.smp_parameters, context.world_size)
+    dtype = compute_dtype(config.precision)
+    return {
+        "auto_wrap_policy": ModuleWrapPolicy(block_types) if block_types else None,
+        "sharding_strategy": ShardingStrategy.HYBRID_SHARD if 1 < hybrid < context.world_size else ShardingStrategy.FULL_SHARD,
+        "mixed_precision": MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype),
+        "device_id": context.device if context.device.type == "cuda" else None,
+        "use_orig_params": True,
+    }
+
+
 def apply(model: nn.Module, config: TrainConfig, context: DistContext) -> Parallelized:
-    hybrid, tensor = check_degrees(config.smp_parameters, context.world_size)
+    _, tensor = check_degrees(config.smp_parameters, context.world_size)
     tsm = sagemaker_libraries.import_smp()
     if tensor > 1:
         model = tsm.transform(model)
     apply_activation_memory(model, config)
     block_types = {type(block) for block in getattr(model, "blocks", [])}
-    dtype = compute_dtype(config.precision)
-    wrapped = FullyShardedDataParallel(
-        model,
-        auto_wrap_policy=ModuleWrapPolicy(block_types) if block_types else None,
-        sharding_strategy=ShardingStrategy.HYBRID_SHARD if 1 < hybrid < context.world_size else ShardingStrategy.FULL_SHARD,
-        mixed_precision=MixedPrecision(param_dtype=dtype, reduce_dtype=dtype, buffer_dtype=dtype),
-        device_id=context.device if context.device.type == "cuda" else None,
-        use_orig_params=True,
-    )
+    # GPU only: PyTorch's FSDP1 (which SMP extends) refuses to run without an accelerator.
+    wrapped = FullyShardedDataParallel(model, **fsdp_options(config, context, block_types))
     return Parallelized(module=wrapped, model=model, no_sync=wrapped.no_sync, shards_optimizer_state=True)

@@ -1,0 +1,69 @@
+"""Hyperparameters: SageMaker's strings become one typed config, or a clear refusal."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainstack_training.config import ConfigError, parse_config
+
+
+def test_arguments_are_typed_from_sagemaker_strings():
+    config = parse_config(["--max_steps", "20", "--lr", "0.001", "--zero1", "true", "--model", "gpt-tiny"], {})
+    assert (config.max_steps, config.lr, config.zero1, config.model) == (20, 0.001, True, "gpt-tiny")
+
+
+def test_dashes_are_accepted_as_underscores_and_equals_form_works():
+    config = parse_config(["--micro-batch-size=4", "--grad-accum", "2"], {})
+    assert (config.micro_batch_size, config.grad_accum) == (4, 2)
+
+
+def test_sm_hps_is_read_and_arguments_win():
+    environ = {"SM_HPS": json.dumps({"max_steps": 7, "seed": 3})}
+    config = parse_config(["--seed", "5"], environ)
+    assert (config.max_steps, config.seed) == (7, 5)
+
+
+@pytest.mark.parametrize(
+    ("environ", "strategy"),
+    [
+        ({}, "ddp"),
+        ({"SM_HP_MP_PARAMETERS": '{"hybrid_shard_degree": 2}'}, "smp"),
+        ({"SM_HP_MP_PARAMETERS": "{}"}, "ddp"),
+        (
+            {
+                "SM_TRAINING_ENV": json.dumps(
+                    {"additional_framework_parameters": {"sagemaker_distributed_dataparallel_enabled": True}}
+                )
+            },
+            "smddp",
+        ),
+    ],
+)
+def test_strategy_defaults_from_how_the_container_was_launched(environ, strategy):
+    assert parse_config([], environ).strategy == strategy
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max_step", "5"], "unknown hyperparameter 'max_step'"),
+        (["--max_steps", "five"], "'max_steps' = 'five': expected int"),
+        (["--strategy", "zero3"], "'strategy' = 'zero3': choose one of ddp, smddp, smp, fsdp"),
+        (["--precision", "fp8"], "'precision' = 'fp8'"),
+        (["--zero1", "true", "--strategy", "fsdp"], "'zero1' is for ddp/smddp"),
+        (["--cpu_offload", "true"], "'cpu_offload' needs strategy 'fsdp'"),
+        (["--mp_parameters", "[1]"], "'mp_parameters'"),
+        (["--grad_accum", "0"], "'grad_accum' = 0"),
+        (["--activation_checkpointing", "maybe"], "expected bool"),
+        (["positional"], "unexpected argument"),
+    ],
+)
+def test_bad_hyperparameters_are_refused_with_the_name(argv, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        parse_config(argv, {})
+
+
+def test_config_is_logged_as_one_json_object():
+    assert json.loads(parse_config([], {}).to_json())["strategy"] == "ddp"

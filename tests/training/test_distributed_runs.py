@@ -1,0 +1,206 @@
+"""Real torchrun process groups on CPU (gloo): strategies agree with each other, and a job
+survives SIGKILL and SIGTERM the way SageMaker spot interruptions and stops deliver them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from tests.training.launch import ROOT, TIMEOUT, command, environment, job_args, losses, run
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(TIMEOUT + 60)]
+
+
+def _trajectory(result: subprocess.CompletedProcess[str]) -> list[float]:
+    assert result.returncode == 0, result.stderr[-3000:]
+    trajectory = losses(result.stdout)
+    assert sorted(trajectory) == list(range(1, len(trajectory) + 1))
+    return [trajectory[step] for step in sorted(trajectory)]
+
+
+@pytest.fixture(scope="module")
+def ddp_two_ranks(tmp_path_factory) -> list[float]:
+    return _trajectory(run(job_args(tmp_path_factory.mktemp("ddp2"), "--strategy", "ddp")))
+
+
+def test_ddp_on_two_ranks_matches_one_rank_at_the_same_global_batch(tmp_path, ddp_two_ranks):
+    one_rank = _trajectory(run(job_args(tmp_path, "--strategy", "ddp", "--grad_accum", "2"), nproc=0))
+    assert ddp_two_ranks == pytest.approx(one_rank, abs=2e-4)
+    assert ddp_two_ranks[-1] < ddp_two_ranks[0] - 0.3  # and it learns
+
+
+def test_fsdp2_matches_ddp(tmp_path, ddp_two_ranks):
+    fsdp = _trajectory(run(job_args(tmp_path, "--strategy", "fsdp")))
+    assert fsdp == pytest.approx(ddp_two_ranks, abs=2e-4)
+
+
+def test_zero1_matches_ddp(tmp_path, ddp_two_ranks):
+    zero1 = _trajectory(run(job_args(tmp_path, "--strategy", "ddp", "--zero1", "true")))
+    assert zero1 == pytest.approx(ddp_two_ranks, abs=2e-4)
+
+
+def test_fsdp2_bf16_with_activation_checkpointing_trains(tmp_path, ddp_two_ranks):
+    bf16 = _trajectory(run(job_args(tmp_path, "--strategy", "fsdp", "--precision", "bf16", "--activation_checkpointing", "true")))
+    assert bf16 == pytest.approx(ddp_two_ranks, abs=0.05)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL torchrun and every worker: torchrun starts workers in sessions of their own."""
+    root = psutil.Process(pid)
+    processes = [root, *root.children(recursive=True)]
+    for process in processes:
+        process.send_signal(signal.SIGKILL)
+    psutil.wait_procs(processes, timeout=30)
+
+
+def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(model_dir / "model.pt", weights_only=True)
+
+
+def test_a_sigkilled_run_restarted_with_the_same_command_ends_with_the_same_weights(tmp_path):
+    steps = ("--checkpoint_every", "5")
+    reference = run(job_args(tmp_path / "reference", *steps, steps=20))
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    interrupted = tmp_path / "interrupted"
+    args = job_args(interrupted, *steps, steps=20)
+    process = subprocess.Popen(
+        command(args, 2), env=environment(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    )
+    for line in process.stdout:
+        if line.startswith("step=12 "):
+            _kill_tree(process.pid)  # no handler runs anywhere: like a reclaimed instance
+            break
+    process.wait(timeout=60)
+    assert not (interrupted / "model" / "model.pt").exists()
+    assert sorted(p.name for p in (interrupted / "checkpoints").iterdir()) == ["step_00000005", "step_00000010"]
+
+    resumed = run(args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stderr and "step_00000010" in resumed.stderr
+    assert min(losses(resumed.stdout)) == 11  # continues after the step-10 checkpoint
+    expected, actual = _weights(tmp_path / "reference" / "model"), _weights(interrupted / "model")
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=1e-6, msg=name)
+
+
+def _run_until_step_then_signal(args: list[str], nproc: int, step: int, sig: signal.Signals) -> tuple[int, str]:
+    process = subprocess.Popen(
+        command(args, nproc), env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    for line in process.stdout:
+        if line.startswith(f"step={step} "):
+            os.killpg(process.pid, sig)
+            break
+    _, stderr = process.communicate(timeout=120)
+    return process.returncode, stderr
+
+
+def test_sigterm_saves_a_complete_checkpoint_and_exits_cleanly(tmp_path):
+    args = job_args(tmp_path, "--checkpoint_every", "1000", steps=100_000)
+    returncode, stderr = _run_until_step_then_signal(args, nproc=0, step=5, sig=signal.SIGTERM)
+    assert returncode == 0, stderr[-3000:]
+    assert "stop requested (SIGTERM)" in stderr
+    (checkpoint,) = (tmp_path / "checkpoints").iterdir()
+    assert int(checkpoint.name.removeprefix("step_")) >= 5
+    assert (checkpoint / "manifest.json").exists()
+    assert not (tmp_path / "output" / "failure").exists()
+
+
+def test_sigterm_to_every_rank_of_a_torchrun_job_leaves_one_complete_checkpoint(tmp_path):
+    args = job_args(tmp_path, "--checkpoint_every", "1000", steps=100_000)
+    _, stderr = _run_until_step_then_signal(args, nproc=2, step=5, sig=signal.SIGTERM)
+    assert stderr.count("stop requested (SIGTERM)") == 1  # rank 0 reports; every rank stopped at the same step
+    checkpoints = list((tmp_path / "checkpoints").iterdir())
+    assert len(checkpoints) == 1
+    manifest = json.loads((checkpoints[0] / "manifest.json").read_text())
+    assert {"__0_0.distcp", "__1_0.distcp"} <= set(manifest["files"])
+
+
+def test_resuming_with_a_different_data_parallel_degree_keeps_the_data_position(tmp_path):
+    first = run(job_args(tmp_path, "--checkpoint_every", "4", steps=4), nproc=2)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = run(job_args(tmp_path, "--checkpoint_every", "4", steps=8), nproc=0)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "data-parallel degree changed from 2 to 1: continuing at example 32" in second.stderr
+    assert sorted(losses(second.stdout)) == [5, 6, 7, 8]
+
+
+def test_a_failure_writes_its_reason_for_sagemaker_and_exits_nonzero(tmp_path):
+    result = run([*job_args(tmp_path), "--data_dir", str(tmp_path / "nowhere")], nproc=0)
+    assert result.returncode == 1
+    reason = (tmp_path / "output" / "failure").read_text()
+    assert "DataError" in reason and "no token shards" in reason and str(tmp_path / "nowhere") in reason
+
+
+def test_a_bad_hyperparameter_fails_before_any_work(tmp_path):
+    result = run([*job_args(tmp_path), "--max_step", "3"], nproc=0)
+    assert result.returncode == 1
+    assert "unknown hyperparameter 'max_step'" in (tmp_path / "output" / "failure").read_text()
+    assert not (tmp_path / "checkpoints").exists()
+
+
+STANDINS = ROOT / "tests" / "training" / "standins"
+
+
+def _events(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_smddp_without_the_library_fails_with_the_image_to_use(tmp_path):
+    result = run([*job_args(tmp_path), "--strategy", "smddp"], nproc=0)
+    assert result.returncode == 1
+    reason = (tmp_path / "output" / "failure").read_text()
+    assert "MissingSageMakerLibraryError" in reason and "pytorch-training" in reason
+
+
+def test_smddp_imports_the_library_before_initializing_the_smddp_backend(tmp_path):
+    log = tmp_path / "calls.jsonl"
+    env = environment(PYTHONPATH=f"{STANDINS / 'smddp'}{os.pathsep}{STANDINS}", TRAINSTACK_STANDIN_LOG=str(log))
+    result = run(job_args(tmp_path, "--strategy", "smddp", steps=3), env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for rank in ("0", "1"):
+        calls = [e for e in _events(log) if e["rank"] == rank]
+        assert [e["event"] for e in calls] == ["import torch_smddp", "init_process_group"]
+        assert calls[0]["process_group_initialized"] is False
+        assert calls[1]["backend"] == "smddp"
+
+
+def test_smp_without_the_library_fails_with_the_image_to_use(tmp_path):
+    result = run([*job_args(tmp_path), "--strategy", "smp"], nproc=0)
+    assert result.returncode == 1
+    assert "smdistributed-modelparallel" in (tmp_path / "output" / "failure").read_text()
+
+
+def test_smp_initializes_after_the_process_group_then_transforms_before_sharding(tmp_path):
+    log = tmp_path / "calls.jsonl"
+    parameters = json.dumps({"tensor_parallel_degree": 2, "hybrid_shard_degree": 0})
+    env = environment(
+        PYTHONPATH=f"{STANDINS / 'smp'}{os.pathsep}{STANDINS}", TRAINSTACK_STANDIN_LOG=str(log), SM_HP_MP_PARAMETERS=parameters
+    )
+    result = run(job_args(tmp_path, "--strategy", "smp", "--mp_parameters", parameters, steps=3), env=env)
+    for rank in ("0", "1"):
+        calls = [e for e in _events(log) if e["rank"] == rank]
+        assert [e["event"] for e in calls] == ["tsm.init", "tsm.transform"]
+        assert calls[0]["process_group_initialized"] is True
+        assert calls[0]["mp_parameters"]["tensor_parallel_degree"] == 2
+    # Everything up to the FSDP1 wrap ran; FSDP1 itself needs a GPU, which this machine lacks.
+    assert result.returncode != 0
+    assert "FSDP needs a non-CPU accelerator device" in (tmp_path / "output" / "failure").read_text()
+
+
+def test_smp_degrees_that_do_not_divide_the_world_are_refused(tmp_path):
+    env = environment(
+        PYTHONPATH=f"{STANDINS / 'smp'}{os.pathsep}{STANDINS}", TRAINSTACK_STANDIN_LOG=str(tmp_path / "calls.jsonl")
+    )
+    result = run([*job_args(tmp_path), "--strategy", "smp", "--mp_parameters", '{"hybrid_shard_degree": 3}'], env=env)
+    assert result.returncode != 0
+    assert "hybrid_shard_degree = 3 does not divide the world size 2" in (tmp_path / "output" / "failure").read_text()
