@@ -87,3 +87,23 @@ class Throughput:
             values["mfu"] = rate * self.flops_per_token / (self.peak * self.world_size)
         self._start, self._units, self._steps = time.perf_counter(), 0, 0
         return values
+
+
+class TensorBoardSink:
+    """Scalars to TensorBoard event files (rank 0). SageMaker uploads `/opt/ml/output/tensorboard`
+    when the job has a TensorBoardOutputConfig; the request builder points `tensorboard_dir` there."""
+
+    def __init__(self, directory: str) -> None:
+        from torch.utils.tensorboard import SummaryWriter  # lazy: the tensorboard package is optional
+
+        self._writer = SummaryWriter(log_dir=directory)
+
+    def write(self, values: dict[str, float | int]) -> None:
+        step = int(values["step"])
+        for key, value in values.items():
+            if key != "step":
+                self._writer.add_scalar(f"train/{key}", value, step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()

@@ -20,7 +20,7 @@ from trainstack_training.data.images import ImageSet
 from trainstack_training.data.sampler import EpochShuffle, ShardPlan, micro_batch_indices
 from trainstack_training.data.tokens import TokenShards
 from trainstack_training.faults import StopRequest
-from trainstack_training.metrics import Throughput, format_line, peak_flops
+from trainstack_training.metrics import TensorBoardSink, Throughput, format_line, peak_flops
 from trainstack_training.models import GPT_SIZES, build_model, is_language_model
 from trainstack_training.precision import autocast, grad_scaler
 from trainstack_training.strategies import parallelize
@@ -65,6 +65,7 @@ def _train(config: TrainConfig, context: distributed.DistContext) -> str:
     shuffle = EpochShuffle(len(dataset), config.seed)
     stop = StopRequest().install()
     throughput = Throughput(flops_per_token, peak_flops(context.device, config.precision), context.world_size)
+    tensorboard = TensorBoardSink(config.tensorboard_dir) if config.tensorboard_dir and context.is_main else None
     parallel.module.train()
     while progress.step < config.max_steps:
         loss = torch.zeros((), device=context.device)
@@ -95,6 +96,8 @@ def _train(config: TrainConfig, context: distributed.DistContext) -> str:
                 line["mfu"] = rates["mfu"]
             if context.is_main:
                 print(format_line(line), flush=True)
+            if tensorboard:
+                tensorboard.write(line)
 
         if distributed.any_rank(stop.requested, context):
             path = checkpointer.save(state, optimizer if zero1 else None)
@@ -107,6 +110,8 @@ def _train(config: TrainConfig, context: distributed.DistContext) -> str:
             checkpointer.save(state, optimizer if zero1 else None)
 
     export_model(parallel.module, config.model_dir, lambda: _describe(config, seq_len), context)
+    if tensorboard:
+        tensorboard.close()
     return "completed"
 
 

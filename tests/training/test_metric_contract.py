@@ -1,0 +1,55 @@
+"""The request builder's MetricDefinitions parse what the entry point really prints."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.training.launch import job_args, run
+from trainstack.metric_definitions import metric_definitions
+from trainstack_training.metrics import format_line
+
+pytestmark = pytest.mark.slow
+
+
+def _parse(line: str) -> dict[str, float]:
+    parsed = {}
+    for definition in metric_definitions():
+        match = re.search(definition["Regex"], line)
+        if match:
+            parsed[definition["Name"]] = float(match[1])
+    return parsed
+
+
+def test_every_value_on_a_real_training_line_is_captured_exactly(tmp_path):
+    result = run(job_args(tmp_path, "--tensorboard_dir", str(tmp_path / "tb"), steps=2), nproc=0)
+    assert result.returncode == 0, result.stderr[-2000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("step=2 "))
+    printed = dict(pair.split("=") for pair in line.split())
+    parsed = _parse(line)
+    for key in ("loss", "grad_norm", "tokens_per_sec", "step_time"):
+        assert parsed[f"train:{key}"] == float(printed[key])
+    assert parsed["train:learning_rate"] == float(printed["lr"])
+    assert "train:samples_per_sec" not in parsed and "train:mfu" not in parsed  # CPU: no known peak
+
+
+def test_mfu_and_samples_per_sec_are_captured_when_printed():
+    line = format_line(
+        {"step": 7, "loss": 0.5, "lr": 1e-4, "grad_norm": 0.25, "samples_per_sec": 900.5, "step_time": 0.5, "mfu": 0.4123}
+    )
+    parsed = _parse(line)
+    assert parsed["train:mfu"] == 0.4123
+    assert parsed["train:samples_per_sec"] == 900.5
+    assert parsed["train:learning_rate"] == 1e-4
+
+
+def test_tensorboard_event_files_hold_the_logged_scalars(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    result = run(job_args(tmp_path, "--tensorboard_dir", str(tmp_path / "tb"), steps=3), nproc=0)
+    assert result.returncode == 0, result.stderr[-2000:]
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [event.step for event in events.Scalars("train/loss")] == [1, 2, 3]
+    assert "train/tokens_per_sec" in events.Tags()["scalars"]
