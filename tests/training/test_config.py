@@ -54,7 +54,8 @@ def test_strategy_defaults_from_how_the_container_was_launched(environ, strategy
         (["--precision", "fp8"], "'precision' = 'fp8'"),
         (["--zero1", "true", "--strategy", "fsdp"], "'zero1' is for ddp/smddp"),
         (["--cpu_offload", "true"], "'cpu_offload' needs strategy 'fsdp'"),
-        (["--mp_parameters", "[1]"], "'mp_parameters'"),
+        (["--mp_parameters", "{1}"], "'mp_parameters'"),
+        (["--mp_parameters", "degree"], "'mp_parameters'"),
         (["--grad_accum", "0"], "'grad_accum' = 0"),
         (["--activation_checkpointing", "maybe"], "expected bool"),
         (["positional"], "unexpected argument"),
@@ -67,3 +68,15 @@ def test_bad_hyperparameters_are_refused_with_the_name(argv, message):
 
 def test_config_is_logged_as_one_json_object():
     assert json.loads(parse_config([], {}).to_json())["strategy"] == "ddp"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"hybrid_shard_degree": 2, "sm_activation_offloading": true}',  # SM_HP_MP_PARAMETERS
+        "hybrid_shard_degree=2,sm_activation_offloading=true",  # how the toolkit renders a dict argument
+    ],
+)
+def test_smp_parameters_arrive_as_json_or_as_the_toolkit_renders_them(text):
+    config = parse_config(["--strategy", "smp", "--mp_parameters", text], {})
+    assert config.smp_parameters == {"hybrid_shard_degree": 2, "sm_activation_offloading": True}

@@ -74,19 +74,38 @@ class TrainConfig:
             )
         if self.cpu_offload and self.strategy != "fsdp":
             raise ConfigError("hyperparameter 'cpu_offload' needs strategy 'fsdp' (FSDP2 CPUOffloadPolicy)")
-        try:
-            parsed = json.loads(self.mp_parameters)
-        except json.JSONDecodeError:
-            raise ConfigError(f"hyperparameter 'mp_parameters' = {self.mp_parameters!r}: not a JSON object") from None
-        if not isinstance(parsed, dict):
-            raise ConfigError(f"hyperparameter 'mp_parameters' = {self.mp_parameters!r}: not a JSON object")
+        parse_mp_parameters(self.mp_parameters)
 
     @property
     def smp_parameters(self) -> dict[str, typing.Any]:
-        return json.loads(self.mp_parameters)
+        return parse_mp_parameters(self.mp_parameters)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
+
+
+def parse_mp_parameters(text: str) -> dict[str, typing.Any]:
+    """SMP parameters as JSON (SM_HP_MP_PARAMETERS) or as the toolkit renders a dict on the command
+    line: `hybrid_shard_degree=2,tensor_parallel_degree=1`."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
+        raise ConfigError(f"hyperparameter 'mp_parameters' = {text!r}: not a JSON object or key=value list")
+    parameters: dict[str, typing.Any] = {}
+    for item in filter(None, text.split(",")):
+        key, separator, value = item.partition("=")
+        if not separator or not key.strip():
+            raise ConfigError(f"hyperparameter 'mp_parameters' = {text!r}: not a JSON object or key=value list")
+        try:
+            parameters[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            parameters[key.strip()] = value.strip()
+    return parameters
 
 
 def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> TrainConfig:

@@ -1,0 +1,111 @@
+"""`trainstack`: validate a job spec, render its exact CreateTrainingJob request, print the schema.
+
+    trainstack validate job.yaml                 # exit 1 with one line per problem
+    trainstack render job.yaml --json            # the request, validated by botocore's own model
+    trainstack render job.yaml --outputs cdk-outputs.json   # real stack values (cdk deploy --outputs-file)
+    trainstack schema > job.schema.json          # JSON Schema for editors
+
+Offline: without --outputs the stack's values are marked placeholders, and a ShardedByS3Key
+channel's object count is checked when the pipeline validates the spec (or here with --check-s3,
+which needs AWS credentials).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from trainstack.request import StackContext, build_request, training_job_name, validate_request
+from trainstack.rules import SpecRejectedError, check_or_raise
+from trainstack.spec import SpecError, json_schema, load_spec
+
+PLACEHOLDER = "PLACEHOLDER"
+
+
+def placeholder_stack(region: str) -> StackContext:
+    return StackContext(
+        region=region,
+        role_arn=f"arn:aws:iam::000000000000:role/{PLACEHOLDER}-ExecutionRoleArn",
+        artifacts_bucket=f"{PLACEHOLDER.lower()}-artifacts-bucket",
+        key_arn=f"arn:aws:kms:{region}:000000000000:key/{PLACEHOLDER}-KeyArn",
+        subnet_ids=(f"subnet-{PLACEHOLDER}",),
+        security_group_ids=(f"sg-{PLACEHOLDER}",),
+        source_s3_uri=f"s3://{PLACEHOLDER.lower()}-cdk-assets/sourcedir.tar.gz",
+    )
+
+
+def stack_from_outputs(path: Path, region: str) -> StackContext:
+    """Read the file `cdk deploy --outputs-file` writes: {stack name: {output: value}}."""
+    outputs = next(iter(json.loads(path.read_text()).values()))
+    return StackContext(
+        region=region,
+        role_arn=outputs["ExecutionRoleArn"],
+        artifacts_bucket=outputs["ArtifactsBucketName"],
+        key_arn=outputs["KeyArn"],
+        subnet_ids=tuple(outputs["TrainingSubnetIds"].split(",")),
+        security_group_ids=(outputs["SecurityGroupId"],),
+        source_s3_uri=outputs["SourceS3Uri"],
+        inter_container_encryption=outputs.get("InterContainerEncryption") == "true",
+    )
+
+
+def s3_object_counter() -> Callable[[str], int]:
+    import boto3
+
+    s3 = boto3.client("s3")
+
+    def count(uri: str) -> int:
+        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return sum(page.get("KeyCount", 0) for page in pages)
+
+    return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trainstack", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("validate", "render"):
+        command = commands.add_parser(name)
+        command.add_argument("spec", type=Path)
+        command.add_argument("--check-s3", action="store_true", help="count ShardedByS3Key objects in S3 (needs credentials)")
+        if name == "render":
+            command.add_argument("--json", action="store_true", help="print the request as JSON (the default)")
+            command.add_argument("--outputs", type=Path, help="cdk deploy --outputs-file JSON with the stack's values")
+            command.add_argument("--region", default="us-east-1")
+            command.add_argument("--lineage", help="what the job name derives from (default: the spec's path)")
+    commands.add_parser("schema")
+    args = parser.parse_args(argv)
+
+    if args.command == "schema":
+        print(json.dumps(json_schema(), indent=2))
+        return 0
+    try:
+        spec = load_spec(args.spec.read_text(), str(args.spec))
+        plan = check_or_raise(spec, s3_object_counter() if args.check_s3 else None)
+    except (SpecError, SpecRejectedError) as error:
+        problems = error.problems
+        for problem in problems:
+            print(f"{args.spec}: {problem}", file=sys.stderr)
+        print(f"{args.spec}: {len(problems)} problem(s); nothing would be launched", file=sys.stderr)
+        return 1
+    if args.command == "validate":
+        print(
+            f"{args.spec}: valid ({plan.strategy} on {spec.instance_count} x {spec.instance_type}, world size {plan.world_size})"
+        )
+        return 0
+    stack = stack_from_outputs(args.outputs, args.region) if args.outputs else placeholder_stack(args.region)
+    lineage = args.lineage or str(args.spec)
+    request = build_request(spec, plan, stack, job_name=training_job_name(stack.name_prefix, spec.name, lineage), lineage=lineage)
+    validate_request(request)
+    print(json.dumps(request, indent=2, sort_keys=True))
+    if not args.outputs:
+        print(f"note: values marked {PLACEHOLDER} come from the deployed stack; pass --outputs cdk-outputs.json", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

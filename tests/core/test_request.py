@@ -1,0 +1,127 @@
+"""The CreateTrainingJob request: exactly right per strategy, and always valid for the API."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.core.specs import DDP, SMP, SPECS, STACK
+from trainstack.request import InvalidRequestError, build_request, training_job_name, validate_request
+from trainstack.rules import check_or_raise
+from trainstack.spec import parse_spec
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def build(strategy: str, raw: dict | None = None, **trial) -> dict:
+    spec = parse_spec(raw or SPECS[strategy])
+    plan = check_or_raise(spec, lambda uri: 64)
+    lineage = f"s3://trainstack-trigger/jobs/{strategy}.yaml#v1"
+    return build_request(
+        spec, plan, STACK, job_name=training_job_name("trainstack", spec.name, lineage), lineage=lineage, trial=trial
+    )
+
+
+@pytest.mark.parametrize("strategy", sorted(SPECS))
+def test_request_matches_the_reviewed_golden_request(strategy):
+    assert build(strategy) == json.loads((GOLDEN / f"{strategy}.json").read_text())
+
+
+@pytest.mark.parametrize("strategy", sorted(SPECS))
+def test_request_passes_botocores_create_training_job_model(strategy):
+    validate_request(build(strategy))
+
+
+def test_validator_catches_what_botocore_does_not():
+    request = build("ddp")
+    with pytest.raises(InvalidRequestError, match="TrainingJobName"):
+        validate_request({**request, "TrainingJobName": "bad_name"})
+    with pytest.raises(InvalidRequestError, match="Invalid type"):
+        validate_request({**request, "HyperParameters": {"lr": 0.1}})
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        ("ddp", {"sagemaker_torch_distributed_enabled": "true", "strategy": '"ddp"'}),
+        ("fsdp", {"sagemaker_torch_distributed_enabled": "true", "strategy": '"fsdp"'}),
+        (
+            "smddp",
+            {"sagemaker_distributed_dataparallel_enabled": "true", "sagemaker_distributed_dataparallel_custom_mpi_options": '""'},
+        ),
+        (
+            "smp",
+            {
+                "sagemaker_torch_distributed_enabled": "true",
+                "sagemaker_distributed_dataparallel_enabled": "false",
+                "mp_parameters": '{"hybrid_shard_degree": 8, "tensor_parallel_degree": 2}',
+            },
+        ),
+    ],
+)
+def test_each_distribution_sets_the_hyperparameters_the_container_toolkit_reads(strategy, expected):
+    hyperparameters = build(strategy)["HyperParameters"]
+    assert expected.items() <= hyperparameters.items()
+    assert hyperparameters["sagemaker_program"] == '"train.py"'
+    assert hyperparameters["sagemaker_instance_type"] == json.dumps(SPECS[strategy]["instance_type"])
+    assert all(isinstance(v, str) and json.loads(v) is not None for v in hyperparameters.values())
+
+
+def test_smp_uses_the_smp_image_and_others_the_pytorch_dlc():
+    assert build("smp")["AlgorithmSpecification"]["TrainingImage"].startswith(
+        "658645717510.dkr.ecr.us-east-1.amazonaws.com/smdistributed-modelparallel:2.3.1-gpu-py311"
+    )
+    assert (
+        build("ddp")["AlgorithmSpecification"]["TrainingImage"]
+        == "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-gpu-py311"
+    )
+
+
+def test_local_nvme_instances_omit_the_volume_key_and_others_use_it():
+    assert "VolumeKmsKeyId" not in build("ddp")["ResourceConfig"]  # p4d: local NVMe
+    ebs = build("ddp", {**DDP, "instance_type": "ml.p3.16xlarge"})
+    assert ebs["ResourceConfig"]["VolumeKmsKeyId"] == STACK.key_arn
+
+
+def test_efa_variables_are_set_where_the_container_toolkit_misses_the_instance_type():
+    assert build("fsdp")["Environment"] == {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "RDMAV_FORK_SAFE": "1"}  # p5e
+    assert "Environment" not in build("ddp")  # p4d: the toolkit sets them itself
+
+
+def test_spot_checkpoints_share_one_lineage_path_so_retries_resume():
+    first, again = build("ddp"), build("ddp")
+    assert first["CheckpointConfig"] == again["CheckpointConfig"]
+    assert first["CheckpointConfig"]["S3Uri"].startswith("s3://trainstack-artifacts/checkpoints/gpt-small/")
+    assert first["StoppingCondition"] == {"MaxRuntimeInSeconds": 86400, "MaxWaitTimeInSeconds": 172800}
+    assert first["EnableManagedSpotTraining"] is True
+
+
+def test_job_names_are_deterministic_valid_and_distinct_per_trigger():
+    a = training_job_name("trainstack", "gpt-small", "s3://b/jobs/a.yaml#v1")
+    assert a == training_job_name("trainstack", "gpt-small", "s3://b/jobs/a.yaml#v1")
+    assert a != training_job_name("trainstack", "gpt-small", "s3://b/jobs/a.yaml#v2")
+    long = training_job_name("trainstack-long-prefix", "x" * 32, "lineage")
+    assert len(long) <= 63 and long.startswith("trainstack-long-prefix-")
+
+
+def test_network_isolation_ships_the_code_as_an_input_channel():
+    request = build("ddp", {**DDP, "network_isolation": True})
+    assert request["EnableNetworkIsolation"] is True
+    assert request["HyperParameters"]["sagemaker_submit_directory"] == '"/opt/ml/input/data/code/sourcedir.tar.gz"'
+    code = next(c for c in request["InputDataConfig"] if c["ChannelName"] == "code")
+    assert code["DataSource"]["S3DataSource"]["S3Uri"] == STACK.source_s3_uri
+
+
+def test_profiler_is_disabled_unless_asked_and_retries_and_trials_pass_through():
+    assert build("ddp")["ProfilerConfig"] == {"DisableProfiler": True}
+    request = build("ddp", {**DDP, "profiler": True, "retry_attempts": 3}, lr=0.001)
+    assert "ProfilerConfig" not in request
+    assert request["RetryStrategy"] == {"MaximumRetryAttempts": 3}
+    assert request["HyperParameters"]["lr"] == "0.001"
+
+
+def test_user_tags_come_first_then_lineage_tags():
+    keys = [t["Key"] for t in build("smp", {**SMP, "tags": {"team": "ml"}})["Tags"]]
+    assert keys == ["team", "trainstack:spec", "trainstack:lineage", "trainstack:strategy"]

@@ -1,0 +1,57 @@
+"""The trainstack CLI: validate, render and schema, offline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainstack.request import validate_request
+from trainstack_local.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_validate_accepts_the_example(capsys):
+    assert main(["validate", str(EXAMPLES / "gpt-small.yaml")]) == 0
+    assert "valid (ddp on 2 x ml.p4d.24xlarge, world size 16)" in capsys.readouterr().out
+
+
+def test_validate_lists_every_problem_and_exits_nonzero(capsys):
+    assert main(["validate", str(EXAMPLES / "broken.yaml")]) == 1
+    errors = capsys.readouterr().err
+    assert "SMDDP does not support ml.p5.48xlarge" in errors
+    assert "spot.max_wait = 43200" in errors
+    assert "3 problem(s); nothing would be launched" in errors
+
+
+def test_render_prints_a_valid_request_with_marked_placeholders(capsys):
+    assert main(["render", str(EXAMPLES / "gpt-small.yaml"), "--json"]) == 0
+    captured = capsys.readouterr()
+    request = json.loads(captured.out)
+    validate_request(request)
+    assert "PLACEHOLDER" in request["RoleArn"] and "PLACEHOLDER" in captured.err
+
+
+def test_render_uses_the_deployed_stacks_outputs(tmp_path, capsys):
+    outputs = {
+        "trainstack": {
+            "ExecutionRoleArn": "arn:aws:iam::123456789012:role/trainstack-exec",
+            "ArtifactsBucketName": "trainstack-artifacts-1",
+            "KeyArn": "arn:aws:kms:us-east-1:123456789012:key/abc",
+            "TrainingSubnetIds": "subnet-1,subnet-2",
+            "SecurityGroupId": "sg-1",
+            "SourceS3Uri": "s3://cdk-assets/source.tar.gz",
+            "InterContainerEncryption": "true",
+        }
+    }
+    (tmp_path / "cdk-outputs.json").write_text(json.dumps(outputs))
+    assert main(["render", str(EXAMPLES / "gpt-small.yaml"), "--outputs", str(tmp_path / "cdk-outputs.json")]) == 0
+    request = json.loads(capsys.readouterr().out)
+    assert request["VpcConfig"] == {"SecurityGroupIds": ["sg-1"], "Subnets": ["subnet-1", "subnet-2"]}
+    assert request["EnableInterContainerTrafficEncryption"] is True
+    assert "PLACEHOLDER" not in json.dumps(request)
+
+
+def test_schema_is_json_schema(capsys):
+    assert main(["schema"]) == 0
+    assert json.loads(capsys.readouterr().out)["title"] == "JobSpec"
