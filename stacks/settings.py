@@ -60,6 +60,7 @@ class StackSettings:
     checkpoint_expiry_days: int = 30
     log_retention_days: int = 365
     build_training_image: bool = False
+    default_spec_key: str | None = None
 
     @property
     def environment_agnostic(self) -> bool:
@@ -130,6 +131,11 @@ class StackSettings:
             if days not in LOG_RETENTION_DAYS:
                 raise SettingsError("log_retention_days", days, f"CloudWatch Logs accepts only {list(LOG_RETENTION_DAYS)}")
             values["log_retention_days"] = days
+        if "default_spec_key" in raw:
+            key = str(raw["default_spec_key"])
+            if not key.startswith("jobs/") or not key.endswith((".yaml", ".yml", ".json")):
+                raise SettingsError("default_spec_key", key, "expected a spec key under jobs/, e.g. jobs/default.yaml")
+            values["default_spec_key"] = key
         settings = cls(**values)
         settings._check_consistency(explicit_subnet_count="subnet_count" in raw)
         return settings

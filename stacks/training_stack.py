@@ -10,7 +10,9 @@ from constructs import Construct
 
 from stacks.compliance import acknowledge_cdk_handler
 from stacks.image import TrainingImage
+from stacks.monitoring import TrainingMonitoring
 from stacks.network import TrainingNetwork
+from stacks.pipeline import JobDefaults, TrainingPipeline
 from stacks.roles import TrainingRoles
 from stacks.settings import StackSettings
 from stacks.source_bundle import TrainingSource
@@ -65,6 +67,27 @@ class TrainingStack(Stack):
             image_repository=self.image.asset.repository if self.image else None,
         )
 
+        self.monitoring = TrainingMonitoring(self, "Monitoring", key=self.storage.key, name_prefix=settings.name_prefix)
+        self.pipeline = TrainingPipeline(
+            self,
+            "Pipeline",
+            name_prefix=settings.name_prefix,
+            trigger_bucket=self.storage.trigger_bucket,
+            defaults=JobDefaults(
+                execution_role=self.roles.execution_role,
+                artifacts_bucket=self.storage.artifacts_bucket,
+                key=self.storage.key,
+                subnet_ids=self.network.training_subnet_ids,
+                security_group_id=self.network.security_group.security_group_id,
+                source_s3_uri=self.source.s3_uri,
+                inter_container_encryption=settings.inter_container_encryption,
+            ),
+            topic=self.monitoring.topic,
+            log_retention_days=settings.log_retention_days,
+            default_spec_key=settings.default_spec_key,
+            removal_policy=removal,
+        )
+        self.monitoring.watch(self.pipeline.state_machine)
         self._acknowledge_cdk_handlers()
 
         outputs = {
@@ -76,6 +99,8 @@ class TrainingStack(Stack):
             "TrainingSubnetIds": ",".join(self.network.training_subnet_ids),
             "SourceS3Uri": self.source.s3_uri,
             "InterContainerEncryption": str(settings.inter_container_encryption).lower(),
+            "StateMachineArn": self.pipeline.state_machine.state_machine_arn,
+            "TopicArn": self.monitoring.topic.topic_arn,
         }
         if self.image:
             outputs["TrainingImageUri"] = self.image.asset.image_uri

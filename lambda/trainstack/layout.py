@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 # Trigger bucket: users upload job specs (jobs/) and data (datasets/) here.
+JOBS_PREFIX = "jobs/"
 DATASETS_PREFIX = "datasets/"
 
 # Artifacts bucket: everything a training job writes.

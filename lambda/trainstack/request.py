@@ -41,12 +41,18 @@ class StackContext:
     name_prefix: str = DEFAULT_NAME_PREFIX
 
 
-def training_job_name(name_prefix: str, spec_name: str, lineage: str) -> str:
+def lineage_digest(lineage: str) -> str:
+    """12 hex characters naming a run in job names; also how its jobs are found to stop them."""
+    return hashlib.sha256(lineage.encode()).hexdigest()[:12]
+
+
+def training_job_name(name_prefix: str, spec_name: str, lineage: str, trial: int | None = None) -> str:
     """Deterministic: the same trigger (object key + version, or execution name) gives the same
-    name, so a redelivered event or a redriven execution cannot create a second job."""
-    digest = hashlib.sha256(lineage.encode()).hexdigest()[:12]
-    head = f"{training_job_name_prefix(name_prefix)}{spec_name}"[: 63 - len(digest) - 1].rstrip("-")
-    return f"{head}-{digest}"
+    name, so a redelivered event or a redriven execution cannot create a second job. Trials of a
+    sweep add their index."""
+    suffix = lineage_digest(lineage) + (f"-t{trial}" if trial is not None else "")
+    head = f"{training_job_name_prefix(name_prefix)}{spec_name}"[: 63 - len(suffix) - 1].rstrip("-")
+    return f"{head}-{suffix}"
 
 
 def image_uri(spec: JobSpec, plan: Plan, region: str) -> str:

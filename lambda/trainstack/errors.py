@@ -1,0 +1,13 @@
+"""Errors the state machine matches by name (Lambda reports the exception class as the error)."""
+
+
+class SpecInvalidError(Exception):
+    """The spec cannot run as written; the message lists every problem. Not retried."""
+
+
+class CapacityUnavailableError(Exception):
+    """SageMaker refused for quota or capacity (ResourceLimitExceeded); retried with backoff."""
+
+
+class ThrottledError(Exception):
+    """The SageMaker API throttled the call; retried quickly."""

@@ -1,0 +1,1 @@
+"""Lambda handlers: parse the event, call the core, make one AWS call, return a small dict."""

@@ -1,0 +1,44 @@
+"""Create: build the request and create the training job, idempotently."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from trainstack.errors import CapacityUnavailableError, ThrottledError
+from trainstack.handlers.environment import client, environment
+from trainstack.request import build_request, training_job_name, validate_request
+from trainstack.rules import check_or_raise
+from trainstack.spec import parse_spec
+from trainstack.workflow import next_poll_seconds
+
+THROTTLING = ("ThrottlingException", "Throttling", "TooManyRequestsException")
+
+
+def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+    stack = environment().stack
+    spec = parse_spec(event["spec"])
+    plan = check_or_raise(spec)
+    trial = event["trial"]
+    index = trial["index"] if event["trial_count"] > 1 else None
+    job_name = training_job_name(stack.name_prefix, spec.name, event["lineage"], index)
+    request = build_request(spec, plan, stack, job_name=job_name, lineage=event["lineage"], trial=trial["hyperparameters"])
+    validate_request(request)
+    created = True
+    try:
+        client("sagemaker").create_training_job(**request)
+    except ClientError as error:
+        code, message = error.response["Error"]["Code"], error.response["Error"].get("Message", "")
+        if code == "ResourceInUse" or "already exists" in message:
+            created = False  # a redelivered event or a redriven execution: poll the job we made
+        elif code == "ResourceLimitExceeded":
+            raise CapacityUnavailableError(
+                f"{job_name}: {message} Request a quota increase for {spec.instance_count} x {spec.instance_type} "
+                "training (Service Quotas, SageMaker), or choose another instance type or region."
+            ) from None
+        elif code in THROTTLING:
+            raise ThrottledError(f"{job_name}: {message}") from None
+        else:
+            raise
+    return {"job_name": job_name, "created": created, "poll_seconds": next_poll_seconds(None)}

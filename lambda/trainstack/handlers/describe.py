@@ -1,0 +1,13 @@
+"""Describe: the job's status, and how long to wait before asking again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainstack.handlers.environment import client
+from trainstack.workflow import next_poll_seconds, summary
+
+
+def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+    description = client("sagemaker").describe_training_job(TrainingJobName=event["job_name"])
+    return {**summary(description), "poll_seconds": next_poll_seconds(event.get("poll_seconds"))}

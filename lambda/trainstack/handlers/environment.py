@@ -1,0 +1,62 @@
+"""The Lambda environment, read in one place, and the boto3 clients (replaceable in tests)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trainstack.request import StackContext
+
+
+@dataclass(frozen=True)
+class LambdaEnvironment:
+    stack: StackContext
+    topic_arn: str
+    default_spec_key: str | None
+
+
+@functools.cache
+def environment() -> LambdaEnvironment:
+    env = os.environ
+    return LambdaEnvironment(
+        stack=StackContext(
+            region=env["AWS_REGION"],
+            role_arn=env["EXECUTION_ROLE_ARN"],
+            artifacts_bucket=env["ARTIFACTS_BUCKET"],
+            key_arn=env["KEY_ARN"],
+            subnet_ids=tuple(env["SUBNET_IDS"].split(",")),
+            security_group_ids=(env["SECURITY_GROUP_ID"],),
+            source_s3_uri=env["SOURCE_S3_URI"],
+            inter_container_encryption=env.get("INTER_CONTAINER_ENCRYPTION") == "true",
+            name_prefix=env["NAME_PREFIX"],
+        ),
+        topic_arn=env.get("TOPIC_ARN", ""),
+        default_spec_key=env.get("DEFAULT_SPEC_KEY") or None,
+    )
+
+
+_factory: Callable[[str], Any] | None = None
+
+
+def client(service: str) -> Any:
+    """A cached boto3 client; tests swap the factory (botocore Stubber) or patch AWS (moto)."""
+    if _factory is not None:
+        return _factory(service)
+    return _default_client(service)
+
+
+@functools.cache
+def _default_client(service: str) -> Any:
+    import boto3
+
+    return boto3.client(service)
+
+
+def use_client_factory(factory: Callable[[str], Any] | None) -> None:
+    global _factory
+    _factory = factory
+    _default_client.cache_clear()
+    environment.cache_clear()

@@ -1,0 +1,66 @@
+"""Validate: load the spec the trigger names, check every rule, expand the sweep."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from trainstack.errors import SpecInvalidError
+from trainstack.handlers.environment import client, environment
+from trainstack.rules import SpecRejectedError, check_or_raise
+from trainstack.spec import SpecError, parse_spec
+from trainstack.workflow import Trigger, trials, trigger_of
+
+
+def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+    trigger = trigger_of(event["input"], event["execution"], environment().default_spec_key)
+    data = _spec_data(trigger)
+    if trigger.train_channel:  # a data drop: its prefix becomes the train channel
+        inputs = dict(data.get("inputs") or {})
+        inputs["train"] = {**inputs.get("train", {}), "s3_uri": trigger.train_channel}
+        data = {**data, "inputs": inputs}
+    try:
+        spec = parse_spec(data)
+        check_or_raise(spec, _count_objects)
+    except (SpecError, SpecRejectedError) as error:
+        raise SpecInvalidError(f"{trigger.spec_key or 'inline spec'}: " + "; ".join(map(str, error.problems))) from None
+    runs = trials(spec)
+    return {
+        "spec": spec.model_dump(mode="json"),
+        "lineage": trigger.lineage,
+        "trials": [{"index": index, "hyperparameters": overrides} for index, overrides in enumerate(runs)],
+        "trial_count": len(runs),
+        "max_concurrency": spec.sweep.max_concurrency if spec.sweep else 1,
+    }
+
+
+def _spec_data(trigger: Trigger) -> dict[str, Any]:
+    if trigger.inline_spec is not None:
+        return trigger.inline_spec
+    s3 = client("s3")
+    keys = [k for k in (trigger.spec_key, trigger.fallback_spec_key) if k]
+    for key in keys:
+        request = {"Bucket": trigger.spec_bucket, "Key": key}
+        if trigger.spec_version and key == trigger.spec_key:
+            request["VersionId"] = trigger.spec_version
+        try:
+            body = s3.get_object(**request)["Body"].read()
+        except s3.exceptions.NoSuchKey:
+            continue
+        try:
+            data = yaml.safe_load(body)
+        except yaml.YAMLError as error:
+            raise SpecInvalidError(f"s3://{trigger.spec_bucket}/{key}: not valid YAML or JSON ({error})") from None
+        if not isinstance(data, dict):
+            raise SpecInvalidError(f"s3://{trigger.spec_bucket}/{key}: a job spec is a mapping of fields")
+        return data
+    raise SpecInvalidError(
+        f"no job spec at {', '.join(f's3://{trigger.spec_bucket}/{k}' for k in keys)}; upload one or set the stack's default spec"
+    )
+
+
+def _count_objects(uri: str) -> int:
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    pages = client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return sum(page.get("KeyCount", 0) for page in pages)

@@ -1,0 +1,101 @@
+"""What the state machine decides, as pure functions: where a run comes from (its lineage), which
+trials a sweep expands to, how often to poll, and what a finished job means."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from trainstack.spec import JobSpec
+
+FIRST_POLL_SECONDS = 60
+MAX_POLL_SECONDS = 1800
+RUNNING = ("InProgress", "Stopping")
+FINISHED = ("Completed", "Failed", "Stopped")
+DATA_MARKER = "_SUCCESS"
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """Where a run's spec comes from and what names its lineage.
+
+    The lineage names the run for idempotency: the same object version (or the same execution
+    name for a direct start) always gives the same training job names, so a redelivered event or
+    a redriven execution finds its job instead of creating a second one.
+    """
+
+    lineage: str
+    spec_bucket: str | None = None
+    spec_key: str | None = None
+    spec_version: str | None = None
+    fallback_spec_key: str | None = None  # a data drop without its own job.yaml uses the stack's default
+    inline_spec: dict[str, Any] | None = None
+    train_channel: str | None = None  # a data drop's prefix, as s3://bucket/prefix/
+
+
+def trigger_of(event: dict[str, Any], execution_name: str, default_spec_key: str | None = None) -> Trigger:
+    """Read the execution input: an S3 Object Created event (a job spec or a data-drop marker)
+    forwarded by EventBridge, or a direct start with the spec inline."""
+    if "spec" in event:
+        return Trigger(lineage=f"execution:{event.get('lineage') or execution_name}", inline_spec=event["spec"])
+    detail = event.get("detail", event)
+    bucket, key = detail["bucket"]["name"], detail["object"]["key"]
+    version = detail["object"].get("version-id")
+    lineage = f"s3://{bucket}/{key}#{version or detail['object'].get('etag', '')}"
+    if key.endswith("/" + DATA_MARKER):
+        prefix = key[: -len(DATA_MARKER)]
+        return Trigger(
+            lineage=lineage,
+            spec_bucket=bucket,
+            spec_key=f"{prefix}job.yaml",
+            fallback_spec_key=default_spec_key,
+            train_channel=f"s3://{bucket}/{prefix}",
+        )
+    return Trigger(lineage=lineage, spec_bucket=bucket, spec_key=key, spec_version=version)
+
+
+def trials(spec: JobSpec) -> list[dict[str, Any]]:
+    """The hyperparameter overrides of each run: one empty trial without a sweep."""
+    if spec.sweep is None:
+        return [{}]
+    if spec.sweep.trials is not None:
+        return [dict(trial) for trial in spec.sweep.trials]
+    names = sorted(spec.sweep.grid)
+    return [dict(zip(names, values, strict=True)) for values in itertools.product(*(spec.sweep.grid[n] for n in names))]
+
+
+def next_poll_seconds(previous: int | None) -> int:
+    """Doubling from a minute to half an hour: a multi-day job costs few state transitions."""
+    if not previous:
+        return FIRST_POLL_SECONDS
+    return min(MAX_POLL_SECONDS, previous * 2)
+
+
+def transitions_for(duration_seconds: int, per_poll: int = 3) -> int:
+    """State transitions a job of this length spends in the Wait -> Describe -> Choice loop."""
+    elapsed, polls, wait = 0, 0, None
+    while elapsed < duration_seconds:
+        wait = next_poll_seconds(wait)
+        elapsed += wait
+        polls += 1
+    return polls * per_poll
+
+
+def summary(description: dict[str, Any]) -> dict[str, Any]:
+    """The small, JSON-safe part of DescribeTrainingJob the workflow and notifications need."""
+    start, end = description.get("TrainingStartTime"), description.get("TrainingEndTime")
+    return {
+        "job_name": description["TrainingJobName"],
+        "status": description["TrainingJobStatus"],
+        "secondary_status": description.get("SecondaryStatus", ""),
+        "failure_reason": description.get("FailureReason", ""),
+        "model_artifacts": description.get("ModelArtifacts", {}).get("S3ModelArtifacts", ""),
+        "billable_seconds": description.get("BillableTimeInSeconds", 0),
+        "duration_seconds": int((end - start).total_seconds()) if start and end else 0,
+    }
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(value, default=str, sort_keys=True)

@@ -1,0 +1,46 @@
+"""The Lambda asset: the core package plus its pinned dependencies as Linux wheels, without Docker.
+
+pip installs the wheels for the Lambda platform (`--platform manylinux2014_x86_64
+--only-binary=:all:`), once per set of requirements (cached under build/), and the core package
+is copied beside them on every synth. The requirements are read from pyproject.toml, so the
+Lambda runs exactly the versions the tests run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAMBDA_PYTHON = "3.14"
+PLATFORM = "manylinux2014_x86_64"
+PROVIDED_BY_RUNTIME = ("boto3", "botocore")  # the Lambda Python runtime ships these
+
+
+def lambda_requirements() -> list[str]:
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    return [d for d in dependencies if not d.startswith(PROVIDED_BY_RUNTIME)]
+
+
+def build_lambda_asset(build_dir: Path = ROOT / "build") -> Path:
+    requirements = lambda_requirements()
+    key = hashlib.sha256("\n".join([LAMBDA_PYTHON, PLATFORM, *requirements]).encode()).hexdigest()[:16]
+    dependencies = build_dir / f"lambda-deps-{key}"
+    if not dependencies.is_dir():
+        staging = build_dir / f"lambda-deps-{key}.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(staging), "--platform", PLATFORM,
+             "--only-binary=:all:", "--implementation", "cp", "--python-version", LAMBDA_PYTHON, *requirements],
+            check=True,
+        )  # fmt: skip
+        staging.rename(dependencies)
+    asset = build_dir / "lambda-asset"
+    shutil.rmtree(asset, ignore_errors=True)
+    shutil.copytree(dependencies, asset, ignore=shutil.ignore_patterns("__pycache__", "RECORD"))
+    shutil.copytree(ROOT / "lambda" / "trainstack", asset / "trainstack", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return asset

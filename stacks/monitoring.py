@@ -1,0 +1,63 @@
+"""Notifications and alarms: one KMS-encrypted topic for run outcomes, failed executions and
+failed training jobs."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from trainstack.naming import training_job_name_prefix
+
+
+class TrainingMonitoring(Construct):
+    """Exposes `topic`; `watch(state_machine)` adds the alarms."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, key: kms.IKey, name_prefix: str) -> None:
+        super().__init__(scope, construct_id)
+        self.name_prefix = name_prefix
+        self.topic = sns.Topic(self, "Topic", display_name=f"{name_prefix} training runs", master_key=key, enforce_ssl=True)
+        # EventBridge and CloudWatch alarms publish to the encrypted topic only if they may use the key.
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowAlarmAndEventDeliveryToTheTopic",
+                principals=[iam.ServicePrincipal("events.amazonaws.com"), iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+            )
+        )
+
+    def watch(self, state_machine: sfn.IStateMachine) -> None:
+        for name, metric in (("Failed", state_machine.metric_failed()), ("TimedOut", state_machine.metric_timed_out())):
+            alarm = cloudwatch.Alarm(
+                self,
+                f"Executions{name}",
+                alarm_description=f"A {self.name_prefix} pipeline execution {name.lower()}",
+                metric=metric.with_(period=Duration.minutes(5), statistic="Sum"),
+                threshold=1,
+                evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+            alarm.add_alarm_action(actions.SnsAction(self.topic))
+        events.Rule(
+            self,
+            "TrainingJobFailed",
+            description=f"Any {self.name_prefix} training job that fails, however it was started",
+            event_pattern=events.EventPattern(
+                source=["aws.sagemaker"],
+                detail_type=["SageMaker Training Job State Change"],
+                detail={
+                    "TrainingJobStatus": ["Failed"],
+                    "TrainingJobName": [{"prefix": training_job_name_prefix(self.name_prefix)}],
+                },
+            ),
+            targets=[targets.SnsTopic(self.topic)],
+        )

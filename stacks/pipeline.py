@@ -1,0 +1,322 @@
+"""The pipeline: Lambda tasks and a Standard state machine that turn a job spec into a training job.
+
+Validate -> Map over trials (one trial without a sweep):
+    Create (throttling retried; capacity retried with backoff, then reported as NotStarted)
+    -> Wait (doubling to 30 min) -> Describe -> Choice (InProgress/Stopping: wait again)
+-> Notify (one message per run) -> Succeed, or Fail with the reason as Cause.
+Triggers: jobs/**.yaml|yml|json uploads, datasets/<name>/_SUCCESS markers, direct StartExecution.
+An aborted or timed-out execution stops the training jobs it started.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from stacks.compliance import acknowledge, nag_resource, skip_checkov
+from stacks.lambda_asset import build_lambda_asset
+from trainstack.layout import DATASETS_PREFIX, JOBS_PREFIX
+from trainstack.naming import training_job_name_prefix
+from trainstack.workflow import DATA_MARKER
+
+HANDLERS = ("validate", "create", "describe", "notify", "stop")
+LAMBDA_TRANSIENT = [
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+    "Lambda.TooManyRequestsException",
+]
+# Longer than any job can run (MaxWait is at most 28 days) plus capacity retries and polling.
+EXECUTION_TIMEOUT = Duration.days(30)
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass(frozen=True)
+class JobDefaults:
+    """What every training job gets from the stack (becomes the Lambdas' environment)."""
+
+    execution_role: iam.IRole
+    artifacts_bucket: s3.IBucket
+    key: kms.IKey
+    subnet_ids: list[str]
+    security_group_id: str
+    source_s3_uri: str
+    inter_container_encryption: bool = False
+
+
+class TrainingPipeline(Construct):
+    """Exposes `state_machine`, `functions` and `topic`. Embeddable in another CDK app."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        name_prefix: str,
+        trigger_bucket: s3.IBucket,
+        defaults: JobDefaults,
+        topic: sns.ITopic,
+        log_retention_days: int = 365,
+        default_spec_key: str | None = None,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.topic = topic
+        stack = Stack.of(self)
+        self._key = defaults.key
+        self._retention_days = log_retention_days
+        self._removal = removal_policy
+        code = lambda_.Code.from_asset(str(build_lambda_asset()))
+        environment = {
+            "NAME_PREFIX": name_prefix,
+            "EXECUTION_ROLE_ARN": defaults.execution_role.role_arn,
+            "ARTIFACTS_BUCKET": defaults.artifacts_bucket.bucket_name,
+            "KEY_ARN": defaults.key.key_arn,
+            "SUBNET_IDS": ",".join(defaults.subnet_ids),
+            "SECURITY_GROUP_ID": defaults.security_group_id,
+            "SOURCE_S3_URI": defaults.source_s3_uri,
+            "INTER_CONTAINER_ENCRYPTION": str(defaults.inter_container_encryption).lower(),
+            "TOPIC_ARN": topic.topic_arn,
+            "DEFAULT_SPEC_KEY": default_spec_key or "",
+        }
+        self.functions = {name: self._function(name, code, environment) for name in HANDLERS}
+        jobs_arn = stack.format_arn(
+            service="sagemaker", resource="training-job", resource_name=f"{training_job_name_prefix(name_prefix)}*"
+        )
+
+        trigger_bucket.grant_read(self.functions["validate"])
+        create_role = self.functions["create"].role
+        create_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["sagemaker:CreateTrainingJob", "sagemaker:AddTags"], resources=[jobs_arn])
+        )
+        create_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["iam:PassRole"],
+                resources=[defaults.execution_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+            )
+        )
+        defaults.key.grant(create_role, "kms:CreateGrant", "kms:DescribeKey")  # encrypted volumes and output
+        self.functions["describe"].role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["sagemaker:DescribeTrainingJob"], resources=[jobs_arn])
+        )
+        stop_role = self.functions["stop"].role
+        stop_role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:StopTrainingJob"], resources=[jobs_arn]))
+        stop_role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:ListTrainingJobs"], resources=["*"]))
+        topic.grant_publish(self.functions["notify"])
+
+        self.state_machine = self._state_machine()
+        self._triggers(trigger_bucket)
+        self._acknowledge(jobs_arn, trigger_bucket)
+
+    def _function(self, name: str, code: lambda_.Code, environment: dict[str, str]) -> lambda_.Function:
+        role = iam.Role(self, f"{name.title()}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        log_group = self._log_group(f"{name.title()}Logs")
+        function = lambda_.Function(
+            self,
+            f"{name.title()}Function",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            handler=f"trainstack.handlers.{name}.handler",
+            code=code,
+            role=role,
+            environment=environment,
+            environment_encryption=self._key,
+            timeout=Duration.seconds(60),
+            memory_size=512,
+            tracing=lambda_.Tracing.ACTIVE,
+            log_group=log_group,
+        )
+        log_group.grant_write(role)
+        skip_checkov(
+            function,
+            (
+                "CKV_AWS_115",
+                "Reserving concurrency fails deploys in accounts at the default limit; the Map's concurrency bounds calls.",
+            ),
+            (
+                "CKV_AWS_116",
+                "Invoked synchronously by Step Functions, which retries and catches; a DLQ would never receive events.",
+            ),
+            ("CKV_AWS_117", "Calls only AWS control-plane APIs; a VPC would need NAT or endpoints that cost money while idle."),
+        )
+        return function
+
+    def _log_group(self, construct_id: str) -> logs.LogGroup:
+        group = logs.LogGroup(self, construct_id, encryption_key=self._key, removal_policy=self._removal)
+        group.node.default_child.retention_in_days = self._retention_days
+        return group
+
+    def _invoke(self, construct_id: str, name: str, **options: object) -> tasks.LambdaInvoke:
+        task = tasks.LambdaInvoke(self, construct_id, lambda_function=self.functions[name], payload_response_only=True, **options)
+        task.add_retry(errors=LAMBDA_TRANSIENT, interval=Duration.seconds(2), max_attempts=3, backoff_rate=2)
+        return task
+
+    def _state_machine(self) -> sfn.StateMachine:
+        validate = self._invoke(
+            "Validate",
+            "validate",
+            payload=sfn.TaskInput.from_object(
+                {"input": sfn.JsonPath.entire_payload, "execution": sfn.JsonPath.string_at("$$.Execution.Name")}
+            ),
+        )
+        notify_rejected = self._invoke(
+            "NotifyRejected", "notify", payload=sfn.TaskInput.from_object({"error": sfn.JsonPath.object_at("$.error")})
+        )
+        rejected = sfn.Fail(self, "Rejected", error_path="$.status", cause_path="$.reason")
+        validate.add_catch(notify_rejected.next(rejected), errors=["States.ALL"], result_path="$.error")
+
+        create = self._invoke("Create", "create")
+        create.add_retry(errors=["ThrottledError"], interval=Duration.seconds(5), max_attempts=5, backoff_rate=2)
+        create.add_retry(
+            errors=["CapacityUnavailableError"],
+            interval=Duration.minutes(5),
+            max_attempts=4,
+            backoff_rate=2,
+            max_delay=Duration.hours(1),
+        )
+        trial_finished = sfn.Pass(self, "TrialFinished")
+        create.add_catch(trial_finished, errors=["States.ALL"], result_path="$.error")
+        wait = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path("$.poll_seconds"))
+        describe = self._invoke("Describe", "describe")
+        running = sfn.Condition.or_(
+            sfn.Condition.string_equals("$.status", "InProgress"), sfn.Condition.string_equals("$.status", "Stopping")
+        )
+        status = sfn.Choice(self, "JobStatus").when(running, wait).otherwise(trial_finished)
+        trial = create.next(wait).next(describe).next(status)
+
+        run = sfn.Map(
+            self,
+            "RunTrials",
+            items_path="$.trials",
+            max_concurrency_path="$.max_concurrency",
+            item_selector={
+                "spec": sfn.JsonPath.object_at("$.spec"),
+                "lineage": sfn.JsonPath.string_at("$.lineage"),
+                "trial_count": sfn.JsonPath.number_at("$.trial_count"),
+                "trial": sfn.JsonPath.object_at("$$.Map.Item.Value"),
+            },
+            result_path="$.results",
+        )
+        run.item_processor(trial)
+        notify = self._invoke(
+            "Notify", "notify", payload=sfn.TaskInput.from_object({"results": sfn.JsonPath.object_at("$.results")})
+        )
+        outcome = (
+            sfn.Choice(self, "RunOutcome")
+            .when(sfn.Condition.string_equals("$.status", "Completed"), sfn.Succeed(self, "Completed"))
+            .otherwise(sfn.Fail(self, "Failed", error_path="$.status", cause_path="$.reason"))
+        )
+        definition = validate.next(run).next(notify).next(outcome)
+        return sfn.StateMachine(
+            self,
+            "StateMachine",
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            state_machine_type=sfn.StateMachineType.STANDARD,
+            timeout=EXECUTION_TIMEOUT,
+            tracing_enabled=True,
+            logs=sfn.LogOptions(
+                destination=self._log_group("StateMachineLogs"), level=sfn.LogLevel.ALL, include_execution_data=True
+            ),
+        )
+
+    def _triggers(self, trigger_bucket: s3.IBucket) -> None:
+        def uploads(construct_id: str, description: str, patterns: list[str]) -> None:
+            events.Rule(
+                self,
+                construct_id,
+                description=description,
+                event_pattern=events.EventPattern(
+                    source=["aws.s3"],
+                    detail_type=["Object Created"],
+                    detail={
+                        "bucket": {"name": [trigger_bucket.bucket_name]},
+                        "object": {"key": [{"wildcard": p} for p in patterns]},
+                    },
+                ),
+                targets=[targets.SfnStateMachine(self.state_machine, input=events.RuleTargetInput.from_event_path("$"))],
+            )
+
+        uploads("JobSpecUploaded", "A job spec uploaded under jobs/ starts a run", [f"{JOBS_PREFIX}*{s}" for s in SPEC_SUFFIXES])
+        uploads(
+            "DataDropCompleted",
+            "A completion marker under datasets/<name>/ starts one run for that data",
+            [f"{DATASETS_PREFIX}*/{DATA_MARKER}"],
+        )
+        events.Rule(
+            self,
+            "ExecutionEnded",
+            description="An aborted or timed-out execution stops the training jobs it started",
+            event_pattern=events.EventPattern(
+                source=["aws.states"],
+                detail_type=["Step Functions Execution Status Change"],
+                detail={"status": ["ABORTED", "TIMED_OUT"], "stateMachineArn": [self.state_machine.state_machine_arn]},
+            ),
+            targets=[targets.LambdaFunction(self.functions["stop"])],
+        )
+
+    def _acknowledge(self, jobs_arn: str, trigger_bucket: s3.IBucket) -> None:
+        for name, function in self.functions.items():
+            findings = [
+                (
+                    "AwsSolutions-IAM5[Resource::*]",
+                    "X-Ray trace segments (and, for stop, sagemaker:ListTrainingJobs) support only resource '*'.",
+                ),
+                (
+                    f"AwsSolutions-IAM5[Resource::{nag_resource(self, jobs_arn)}]",
+                    "Scoped to training jobs named with this stack's prefix; names are derived per run.",
+                ),
+                (
+                    "AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
+                    "CDK's key grants for the encrypted bucket, topic and environment.",
+                ),
+                (
+                    "AwsSolutions-IAM5[Action::kms:ReEncrypt*]",
+                    "CDK's key grants for the encrypted bucket, topic and environment.",
+                ),
+            ]
+            if name == "validate":
+                findings += [
+                    (
+                        "AwsSolutions-IAM5[Action::s3:GetObject*]",
+                        "CDK's bucket grant: read job specs and data-drop specs in the trigger bucket.",
+                    ),
+                    (
+                        "AwsSolutions-IAM5[Action::s3:GetBucket*]",
+                        "CDK's bucket grant: read job specs and data-drop specs in the trigger bucket.",
+                    ),
+                    (
+                        "AwsSolutions-IAM5[Action::s3:List*]",
+                        "CDK's bucket grant: count a sharded channel's objects before anything launches.",
+                    ),
+                    (
+                        f"AwsSolutions-IAM5[Resource::{nag_resource(self, trigger_bucket.arn_for_objects('*'))}]",
+                        "Job specs and data drops may be anywhere under jobs/ and datasets/ in the trigger bucket.",
+                    ),
+                ]
+            acknowledge(function.role, *findings)
+        acknowledge(
+            self.state_machine,
+            (
+                "AwsSolutions-IAM5[Resource::*]",
+                "CloudWatch Logs delivery and X-Ray for Step Functions support only resource '*'.",
+            ),
+            *(
+                (
+                    f"AwsSolutions-IAM5[Resource::{nag_resource(self, f.function_arn)}:*]",
+                    "Step Functions may invoke any version of its own task functions.",
+                )
+                for f in self.functions.values()
+            ),
+        )
