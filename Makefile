@@ -50,11 +50,10 @@ cost: synth ## the monthly idle cost of the synthesized stack, from tools/prices
 test-fast: setup ## every test but the slow (torchrun, toolkit) and gate (checkers, CLI) ones
 	$(PY) -m pytest -m "not slow and not gates"
 
-local: setup ## install, then run what exists of the offline pipeline: synth + gates + idle cost, then the training job
+local: setup ## install, then synth + gates + idle cost, then the whole pipeline offline on the embedded default job
 	$(MAKE) --no-print-directory lint
 	$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json
-	PYTHONPATH=local $(PY) -m trainstack_local
-	@echo "make local: not emulated yet: the upload -> EventBridge -> Step Functions -> Lambda -> CreateTrainingJob steps (see README)."
+	$(PY) -m trainstack_local
 
 bench-train: setup ## our entry point vs a bare PyTorch loop (tokens/s, medians) and checkpoint cost, on CPU
 	$(PY) tools/bench_train.py

@@ -66,11 +66,11 @@ def trials(spec: JobSpec) -> list[dict[str, Any]]:
     return [dict(zip(names, values, strict=True)) for values in itertools.product(*(spec.sweep.grid[n] for n in names))]
 
 
-def next_poll_seconds(previous: int | None) -> int:
+def next_poll_seconds(previous: int | None, first: int = FIRST_POLL_SECONDS, cap: int = MAX_POLL_SECONDS) -> int:
     """Doubling from a minute to half an hour: a multi-day job costs few state transitions."""
     if not previous:
-        return FIRST_POLL_SECONDS
-    return min(MAX_POLL_SECONDS, previous * 2)
+        return first
+    return min(cap, previous * 2)
 
 
 def transitions_for(duration_seconds: int, per_poll: int = 3) -> int:

@@ -1,57 +1,58 @@
-"""`python -m trainstack_local`: run the default training job offline, as SageMaker would run it.
+"""`python -m trainstack_local`: the whole pipeline offline, on the embedded default job.
 
-Today this is the container step of the pipeline: the real SageMaker training toolkit unpacks the
-deterministic source tarball, launches `train.py` under torchrun with two CPU processes (gloo)
-on the shipped sample data, and writes the model and the success marker into a local /opt/ml.
+Uploads the sample data and the default spec to the emulated trigger bucket; EventBridge starts
+the synthesized state machine; its Lambdas validate the spec and create the training job; the
+emulated SageMaker runs it through the real training toolkit (torchrun, 2 CPU processes); the
+state machine polls it to completion and notifies. Needs the synthesized template (`make synth`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
 
-from trainstack_local import container
+import boto3
+
+from trainstack_local.emulator import REGION, local_aws
+from trainstack_local.pipeline import finish, training_jobs, upload_sample_data, wait_for_new_executions
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from stacks.tarball import write_source_tarball  # noqa: E402
 
-DEFAULT_JOB = {"model": "gpt-tiny", "strategy": "ddp", "max_steps": 20, "log_every": 5, "seed": 0}
+DEFAULT_JOB = Path(__file__).resolve().parent / "default_job.yaml"
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", type=Path, default=None, help="where /opt/ml is emulated (default: a temporary folder)")
-    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--template", type=Path, default=ROOT / "cdk.out" / "trainstack.template.json")
+    parser.add_argument("--spec", type=Path, default=DEFAULT_JOB, help="the job spec to upload (default: the embedded one)")
+    parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
+    if not args.template.exists():
+        print(f"trainstack local: {args.template} is missing; run `make synth` first", file=sys.stderr)
+        return 2
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="trainstack-local-"))
+    template = json.loads(args.template.read_text())
     source = write_source_tarball(ROOT / "training", workdir / "sourcedir.tar.gz")
-    hyperparameters = container.encode_hyperparameters(
-        {
-            "sagemaker_program": "train.py",
-            "sagemaker_submit_directory": str(source),
-            "sagemaker_torch_distributed_enabled": True,
-            "sagemaker_distribution_instance_groups": ["homogeneousCluster"],
-            "sagemaker_mpi_num_of_processes_per_host": args.processes,
-            "sagemaker_job_name": "trainstack-local",
-            **DEFAULT_JOB,
-            "checkpoint_dir": str(workdir / "checkpoints"),
-        }
-    )
-    base = container.prepare(workdir / "opt" / "ml", hyperparameters, {"train": ROOT / "training" / "sample_data" / "tokens"})
-    print(f"trainstack local: running {DEFAULT_JOB} under the SageMaker training toolkit in {base}", flush=True)
-    result = container.run(base, {"OMP_NUM_THREADS": "1"})
-    for line in (result.stdout + result.stderr).splitlines():
-        if line.startswith(("step=", "torchrun ")) or " trainstack: " in line:
-            print(line)
-    if not result.succeeded:
-        print(f"trainstack local: FAILED: {result.failure_reason or result.stderr[-2000:]}", file=sys.stderr)
-        return 1
-    print(f"trainstack local: model at {result.model_dir / 'model.pt'}, success marker at {result.output_dir / 'success'}")
-    return 0
+    with local_aws(template, workdir, source_tarball=source) as (stack, emulator):
+        upload_sample_data(stack)
+        key = f"jobs/{args.spec.name}"
+        boto3.client("s3", region_name=REGION).put_object(Bucket=stack.trigger_bucket, Key=key, Body=args.spec.read_bytes())
+        print(f"trainstack local: uploaded s3://{stack.trigger_bucket}/{key}; EventBridge started the state machine", flush=True)
+        (execution,) = wait_for_new_executions(stack, known=0)
+        run = finish(execution)
+        emulator.wait()
+        for job in training_jobs():
+            root = emulator.runs.get(job["TrainingJobName"])
+            where = root / "opt" / "ml" if root else "-"
+            print(f"trainstack local: training job {job['TrainingJobName']}: {job['TrainingJobStatus']} (local /opt/ml: {where})")
+        print(f"trainstack local: execution {run.status}: {run.output or run.cause}")
+        return 0 if run.status == "SUCCEEDED" else 1
 
 
 if __name__ == "__main__":

@@ -41,4 +41,9 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
             raise ThrottledError(f"{job_name}: {message}") from None
         else:
             raise
-    return {"job_name": job_name, "created": created, "poll_seconds": next_poll_seconds(None)}
+    env = environment()
+    return {
+        "job_name": job_name,
+        "created": created,
+        "poll_seconds": next_poll_seconds(None, env.first_poll_seconds, env.max_poll_seconds),
+    }

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainstack.request import StackContext
+from trainstack.workflow import FIRST_POLL_SECONDS, MAX_POLL_SECONDS
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,8 @@ class LambdaEnvironment:
     stack: StackContext
     topic_arn: str
     default_spec_key: str | None
+    first_poll_seconds: int = FIRST_POLL_SECONDS
+    max_poll_seconds: int = MAX_POLL_SECONDS
 
 
 @functools.cache
@@ -35,6 +38,9 @@ def environment() -> LambdaEnvironment:
         ),
         topic_arn=env.get("TOPIC_ARN", ""),
         default_spec_key=env.get("DEFAULT_SPEC_KEY") or None,
+        # Only the local emulation shortens these; a deployed stack uses the defaults.
+        first_poll_seconds=int(env.get("FIRST_POLL_SECONDS", FIRST_POLL_SECONDS)),
+        max_poll_seconds=int(env.get("MAX_POLL_SECONDS", MAX_POLL_SECONDS)),
     )
 
 
