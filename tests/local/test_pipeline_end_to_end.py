@@ -1,0 +1,143 @@
+"""The whole pipeline offline: uploads and starts go through the synthesized state machine, its
+real handlers, and training jobs that really run (shared/design/architecture.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+
+from stacks.tarball import write_source_tarball
+from trainstack_local.emulator import ACCOUNT, REGION, local_aws
+from trainstack_local.pipeline import executions, finish, training_jobs, upload_sample_data, wait_for_new_executions
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def job(**overrides) -> dict:
+    spec = {
+        "name": "e2e",
+        "instance_type": "ml.m5.xlarge",
+        "strategy": "ddp",
+        "framework_version": "2.3.0",
+        "hyperparameters": {"model": "gpt-tiny", "max_steps": 4, "log_every": 2},
+        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
+        "max_runtime": "1h",
+    }
+    return {**spec, **overrides}
+
+
+@pytest.fixture
+def pipeline(default_stack, tmp_path):
+    source = write_source_tarball(ROOT / "training", tmp_path / "sourcedir.tar.gz")
+    with local_aws(default_stack.json, tmp_path, source_tarball=source) as (stack, emulator):
+        upload_sample_data(stack)
+        yield stack, emulator
+        emulator.wait()
+
+
+def put(stack, key: str, body: bytes | dict) -> None:
+    data = yaml.safe_dump(body).encode() if isinstance(body, dict) else body
+    boto3.client("s3", region_name=REGION).put_object(Bucket=stack.trigger_bucket, Key=key, Body=data)
+
+
+def notifications(stack) -> list[dict]:
+    from moto.sns.models import sns_backends
+
+    topic = sns_backends[ACCOUNT][REGION].topics[stack.topic_arn]
+    return [json.loads(message) for _, message, *_ in topic.sent_notifications]
+
+
+def test_an_uploaded_spec_runs_to_completion_and_delivers_model_and_checkpoints(pipeline):
+    stack, _ = pipeline
+    put(stack, "jobs/team/e2e.yaml", job())
+    (execution,) = wait_for_new_executions(stack, known=0)
+    run = finish(execution)
+    assert (run.status, run.output["status"]) == ("SUCCEEDED", "Completed")
+    (training_job,) = training_jobs()
+    name = training_job["TrainingJobName"]
+    assert name.startswith("trainstack-e2e-")
+    s3 = boto3.client("s3", region_name=REGION)
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=stack.artifacts_bucket)["Contents"]]
+    assert f"models/{name}/output/model.tar.gz" in keys
+    assert any(k.startswith("checkpoints/e2e/") and k.endswith("manifest.json") for k in keys)
+    (message,) = notifications(stack)
+    assert message["status"] == "Completed"
+    assert message["trials"][0]["model_artifacts"] == f"s3://{stack.artifacts_bucket}/models/{name}/output/model.tar.gz"
+
+
+def test_a_redelivered_event_does_not_launch_a_second_job(pipeline):
+    stack, _ = pipeline
+    put(stack, "jobs/e2e.yaml", job())
+    (first,) = wait_for_new_executions(stack, known=0)
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    event = sfn.describe_execution(executionArn=first)["input"]
+    second = sfn.start_execution(stateMachineArn=stack.state_machine_arn, name="redelivered", input=event)["executionArn"]
+    assert finish(first).status == "SUCCEEDED"
+    assert finish(second).status == "SUCCEEDED"  # it found the job and polled it
+    assert len(training_jobs()) == 1
+
+
+def test_a_bad_spec_is_rejected_with_its_reason_before_anything_launches(pipeline):
+    stack, _ = pipeline
+    put(stack, "jobs/bad.yaml", job(instance_type="ml.p5.48xlarge", strategy="smddp", framework_version="2.2.0"))
+    (execution,) = wait_for_new_executions(stack, known=0)
+    run = finish(execution)
+    assert run.status == "FAILED"
+    assert "SMDDP does not support ml.p5.48xlarge" in run.cause
+    assert training_jobs() == []
+    (message,) = notifications(stack)
+    assert message["status"] == "Rejected"
+
+
+def test_a_data_drop_starts_one_run_per_marker_with_its_prefix_as_the_train_channel(pipeline):
+    stack, _ = pipeline
+    upload_sample_data(stack, prefix="datasets/owt/")
+    spec = job()
+    del spec["inputs"]
+    put(stack, "datasets/owt/job.yaml", spec)
+    assert executions(stack) == []  # data objects and the spec alone start nothing
+    put(stack, "datasets/owt/_SUCCESS", b"")
+    (execution,) = wait_for_new_executions(stack, known=0)
+    assert finish(execution).status == "SUCCEEDED"
+    (training_job,) = training_jobs()
+    description = boto3.client("sagemaker", region_name=REGION).describe_training_job(
+        TrainingJobName=training_job["TrainingJobName"]
+    )
+    (channel,) = description["InputDataConfig"]
+    assert channel["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://{stack.trigger_bucket}/datasets/owt/"
+    assert len(executions(stack)) == 1
+
+
+def test_a_direct_start_with_the_spec_inline_runs(pipeline):
+    stack, _ = pipeline
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    execution = sfn.start_execution(stateMachineArn=stack.state_machine_arn, name="direct-1", input=json.dumps({"spec": job()}))
+    assert finish(execution["executionArn"]).status == "SUCCEEDED"
+
+
+def test_a_sweep_runs_every_trial_with_its_hyperparameters(pipeline):
+    stack, _ = pipeline
+    put(stack, "jobs/sweep.json", json.dumps(job(sweep={"max_concurrency": 2, "grid": {"lr": [0.001, 0.0003]}})).encode())
+    (execution,) = wait_for_new_executions(stack, known=0)
+    run = finish(execution)
+    assert run.status == "SUCCEEDED"
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    names = sorted(j["TrainingJobName"] for j in training_jobs())
+    assert [n[-3:] for n in names] == ["-t0", "-t1"]
+    assert {sagemaker.describe_training_job(TrainingJobName=n)["HyperParameters"]["lr"] for n in names} == {"0.001", "0.0003"}
+
+
+def test_a_failing_training_job_fails_the_execution_with_its_failure_reason(pipeline):
+    stack, _ = pipeline
+    put(stack, "jobs/broken.yaml", job(hyperparameters={"model": "gpt-tiny", "max_step": 3}))
+    (execution,) = wait_for_new_executions(stack, known=0)
+    run = finish(execution)
+    assert run.status == "FAILED"
+    assert "unknown hyperparameter 'max_step'" in run.cause
+    (message,) = notifications(stack)
+    assert message["status"] == "Failed" and "max_step" in message["trials"][0]["reason"]
