@@ -1,0 +1,151 @@
+"""Handlers at the edges moto does not model: SageMaker's capacity and throttling errors and
+StopTrainingJob, asserted with botocore's Stubber on the exact calls."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from tests.core.specs import DDP
+from trainstack.errors import CapacityUnavailableError, SpecInvalidError, ThrottledError
+from trainstack.handlers import create, describe, notify, stop, validate
+from trainstack.handlers.environment import use_client_factory
+
+ENVIRONMENT = {
+    "AWS_REGION": "us-east-1",
+    "EXECUTION_ROLE_ARN": "arn:aws:iam::123456789012:role/exec",
+    "ARTIFACTS_BUCKET": "artifacts",
+    "KEY_ARN": "arn:aws:kms:us-east-1:123456789012:key/k",
+    "SUBNET_IDS": "subnet-1",
+    "SECURITY_GROUP_ID": "sg-1",
+    "SOURCE_S3_URI": "s3://assets/source.tar.gz",
+    "NAME_PREFIX": "trainstack",
+    "TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:topic",
+}
+
+
+@pytest.fixture
+def stubbed(monkeypatch):
+    for key, value in ENVIRONMENT.items():
+        monkeypatch.setenv(key, value)
+    clients = {
+        name: boto3.client(name, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+        for name in ("sagemaker", "sns", "s3")
+    }
+    stubbers = {name: Stubber(c) for name, c in clients.items()}
+    use_client_factory(clients.__getitem__)
+    for s in stubbers.values():
+        s.activate()
+    yield stubbers
+    for s in stubbers.values():
+        s.assert_no_pending_responses()
+    use_client_factory(None)
+
+
+def _create_event() -> dict:
+    spec = {**DDP, "inputs": {}}
+    return {"spec": spec, "lineage": "s3://b/jobs/x.yaml#v1", "trial": {"index": 0, "hyperparameters": {}}, "trial_count": 1}
+
+
+def test_create_sends_the_built_request(stubbed):
+    stubbed["sagemaker"].add_response("create_training_job", {"TrainingJobArn": "arn:aws:sagemaker:us-east-1:1:training-job/x"})
+    result = create.handler(_create_event())
+    assert result["created"] is True and result["poll_seconds"] == 60
+
+
+def test_create_treats_an_existing_job_as_its_own(stubbed):
+    message = "Training job names must be unique ... a training job with this name already exists"
+    stubbed["sagemaker"].add_client_error(
+        "create_training_job", service_error_code="ValidationException", service_message=message
+    )
+    assert create.handler(_create_event())["created"] is False
+
+
+def test_create_turns_a_quota_refusal_into_the_retried_capacity_error_with_advice(stubbed):
+    stubbed["sagemaker"].add_client_error(
+        "create_training_job",
+        service_error_code="ResourceLimitExceeded",
+        service_message="The account-level service limit 'ml.p4d.24xlarge for training job usage' is 0",
+    )
+    with pytest.raises(CapacityUnavailableError, match=re.escape("Request a quota increase for 2 x ml.p4d.24xlarge")):
+        create.handler(_create_event())
+
+
+def test_create_turns_throttling_into_the_retried_error(stubbed):
+    stubbed["sagemaker"].add_client_error(
+        "create_training_job", service_error_code="ThrottlingException", service_message="Rate exceeded"
+    )
+    with pytest.raises(ThrottledError):
+        create.handler(_create_event())
+
+
+def test_describe_doubles_the_poll_interval_up_to_the_cap(stubbed):
+    for _ in range(2):
+        stubbed["sagemaker"].add_response(
+            "describe_training_job", _description("InProgress"), {"TrainingJobName": "trainstack-x"}
+        )
+    assert describe.handler({"job_name": "trainstack-x", "poll_seconds": 60})["poll_seconds"] == 120
+    assert describe.handler({"job_name": "trainstack-x", "poll_seconds": 1800})["poll_seconds"] == 1800
+
+
+def test_stop_stops_only_this_runs_in_progress_jobs(stubbed):
+    from trainstack.request import lineage_digest
+
+    event_input = {"detail": {"bucket": {"name": "b"}, "object": {"key": "jobs/x.yaml", "version-id": "v1"}}}
+    digest = lineage_digest("s3://b/jobs/x.yaml#v1")
+    summaries = [
+        {
+            "TrainingJobName": f"trainstack-x-{digest}",
+            "TrainingJobArn": "arn:aws:sagemaker:us-east-1:1:training-job/a",
+            "CreationTime": "2026-01-01",
+            "TrainingJobStatus": "InProgress",
+        }
+    ]
+    stubbed["sagemaker"].add_response(
+        "list_training_jobs", {"TrainingJobSummaries": summaries}, {"NameContains": digest, "StatusEquals": "InProgress"}
+    )
+    stubbed["sagemaker"].add_response("stop_training_job", {}, {"TrainingJobName": f"trainstack-x-{digest}"})
+    result = stop.handler(
+        {"detail": {"input": json.dumps(event_input), "name": "exec-1", "executionArn": "arn:x", "status": "ABORTED"}}
+    )
+    assert result["stopped"] == [f"trainstack-x-{digest}"]
+
+
+def test_validate_refuses_a_missing_spec_with_where_it_looked(stubbed):
+    stubbed["s3"].add_client_error("get_object", service_error_code="NoSuchKey", http_status_code=404)
+    event = {
+        "input": {"detail": {"bucket": {"name": "b"}, "object": {"key": "datasets/x/_SUCCESS", "version-id": "v1"}}},
+        "execution": "e",
+    }
+    with pytest.raises(SpecInvalidError, match=re.escape("no job spec at s3://b/datasets/x/job.yaml")):
+        validate.handler(event)
+
+
+def test_notify_reports_a_rejection_with_the_validators_message(stubbed):
+    stubbed["sns"].add_response("publish", {"MessageId": "1"})
+    cause = json.dumps(
+        {
+            "errorMessage": "jobs/x.yaml: warm_pool = 25200: warm pools keep instances at most 6 hours",
+            "errorType": "SpecInvalidError",
+        }
+    )
+    result = notify.handler({"error": {"Error": "SpecInvalidError", "Cause": cause}})
+    assert result == {"status": "Rejected", "reason": "jobs/x.yaml: warm_pool = 25200: warm pools keep instances at most 6 hours"}
+
+
+def _description(status: str) -> dict:
+    return {
+        "TrainingJobName": "trainstack-x",
+        "TrainingJobArn": "arn:aws:sagemaker:us-east-1:1:training-job/x",
+        "TrainingJobStatus": status,
+        "SecondaryStatus": "Training",
+        "AlgorithmSpecification": {"TrainingInputMode": "File"},
+        "ModelArtifacts": {"S3ModelArtifacts": ""},
+        "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 86400},
+        "CreationTime": "2026-01-01",
+    }

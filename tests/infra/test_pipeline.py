@@ -1,0 +1,164 @@
+"""The pipeline as synthesized: state machine, Lambdas, triggers, alarms, least privilege."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+from aws_cdk.assertions import Match
+
+from tests.synth import synthesize
+from trainstack_local.definition import render_definition
+
+
+@pytest.fixture(scope="module")
+def definition(default_stack) -> dict:
+    return render_definition(default_stack.json)
+
+
+def _states(definition: dict) -> dict:
+    states = dict(definition["States"])
+    states.update(definition["States"]["RunTrials"]["ItemProcessor"]["States"])
+    return states
+
+
+def test_standard_state_machine_logs_everything_and_traces(default_stack):
+    default_stack.template.has_resource_properties(
+        "AWS::StepFunctions::StateMachine",
+        {
+            "StateMachineType": "STANDARD",
+            "TracingConfiguration": {"Enabled": True},
+            "LoggingConfiguration": Match.object_like({"Level": "ALL", "IncludeExecutionData": True}),
+        },
+    )
+
+
+def test_execution_timeout_outlasts_the_longest_job(definition):
+    assert definition["TimeoutSeconds"] > 28 * 86400  # MaxWaitTimeInSeconds is at most 28 days
+
+
+def test_capacity_refusals_are_retried_with_bounded_backoff_then_reported(definition):
+    create = _states(definition)["Create"]
+    capacity = next(r for r in create["Retry"] if r["ErrorEquals"] == ["CapacityUnavailableError"])
+    assert (capacity["IntervalSeconds"], capacity["MaxAttempts"], capacity["BackoffRate"], capacity["MaxDelaySeconds"]) == (
+        300,
+        4,
+        2,
+        3600,
+    )
+    assert any(r["ErrorEquals"] == ["ThrottledError"] for r in create["Retry"])
+    assert create["Catch"][0]["Next"] == "TrialFinished"
+
+
+def test_every_job_status_is_handled(definition):
+    choice = _states(definition)["JobStatus"]
+    looped = {c["StringEquals"] for rule in choice["Choices"] for c in rule["Or"]}
+    assert looped == {"InProgress", "Stopping"}
+    assert choice["Default"] == "TrialFinished"  # Completed, Failed, Stopped end the trial with their status
+    assert _states(definition)["WaitForJob"]["SecondsPath"] == "$.poll_seconds"
+
+
+def test_runs_fail_with_the_reason_as_cause(definition):
+    for name in ("Failed", "Rejected"):
+        assert definition["States"][name]["CausePath"] == "$.reason"
+
+
+def test_sweeps_run_in_a_map_with_the_specs_concurrency(definition):
+    assert definition["States"]["RunTrials"]["MaxConcurrencyPath"] == "$.max_concurrency"
+
+
+def test_uploads_of_specs_and_data_markers_start_runs(default_stack):
+    keys = [
+        r["Properties"]["EventPattern"]["detail"]["object"]["key"]
+        for r in default_stack.resources("AWS::Events::Rule").values()
+        if r["Properties"]["EventPattern"]["source"] == ["aws.s3"]
+    ]
+    assert sorted(json.dumps(k) for k in keys) == sorted(
+        [
+            json.dumps([{"wildcard": "jobs/*.yaml"}, {"wildcard": "jobs/*.yml"}, {"wildcard": "jobs/*.json"}]),
+            json.dumps([{"wildcard": "datasets/*/_SUCCESS"}]),
+        ]
+    )
+
+
+def test_stopped_or_timed_out_executions_stop_their_jobs(default_stack):
+    default_stack.template.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "EventPattern": {
+                "source": ["aws.states"],
+                "detail-type": ["Step Functions Execution Status Change"],
+                "detail": Match.object_like({"status": ["ABORTED", "TIMED_OUT"]}),
+            }
+        },
+    )
+
+
+def test_failed_executions_and_failed_training_jobs_reach_the_encrypted_topic(default_stack):
+    default_stack.template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
+    metrics = {r["Properties"]["MetricName"] for r in default_stack.resources("AWS::CloudWatch::Alarm").values()}
+    assert metrics == {"ExecutionsFailed", "ExecutionsTimedOut"}
+    default_stack.template.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "EventPattern": Match.object_like(
+                {
+                    "source": ["aws.sagemaker"],
+                    "detail": {"TrainingJobStatus": ["Failed"], "TrainingJobName": [{"prefix": "trainstack-"}]},
+                }
+            )
+        },
+    )
+
+
+def test_lambdas_run_the_latest_python_traced_with_encrypted_environment(default_stack):
+    ours = [
+        r["Properties"]
+        for r in default_stack.resources("AWS::Lambda::Function").values()
+        if r["Properties"].get("Handler", "").startswith("trainstack.handlers.")
+    ]
+    assert len(ours) == 5
+    for function in ours:
+        assert (function["Runtime"], function["TracingConfig"]) == ("python3.14", {"Mode": "Active"})
+        assert "KmsKeyArn" in function
+
+
+def test_create_may_pass_only_the_execution_role_and_only_to_sagemaker(default_stack):
+    statements = [
+        s
+        for k, p in default_stack.resources("AWS::IAM::Policy").items()
+        if k.startswith("PipelineCreateRole")
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    pass_role = next(s for s in statements if s["Action"] == "iam:PassRole")
+    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+    assert "RolesSageMakerExecution" in json.dumps(pass_role["Resource"])
+    create = next(s for s in statements if "sagemaker:CreateTrainingJob" in s["Action"])
+    assert "training-job/trainstack-*" in json.dumps(create["Resource"])
+
+
+def test_job_name_prefix_follows_the_name_prefix_setting():
+    stack = synthesize(name_prefix="team-a")
+    statements = [
+        s
+        for k, p in stack.resources("AWS::IAM::Policy").items()
+        if k.startswith("PipelineCreateRole")
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert "training-job/team-a-*" in json.dumps(statements)
+
+
+@pytest.mark.gates
+def test_the_definition_passes_asl_validator(definition, tmp_path):
+    npx = shutil.which("npx")
+    assert npx, "npx is missing: install Node.js"
+    (tmp_path / "asl.json").write_text(json.dumps(definition))
+    result = subprocess.run(
+        [npx, "--no-install", "asl-validator", "--json-path", str(tmp_path / "asl.json")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
