@@ -11,7 +11,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_EC2_METADATA_DISABLED := true
 export CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
-.PHONY: setup synth lint test test-fast cost local bench-train image clean
+.PHONY: setup synth lint test test-fast cost local bench-train bench-lambda image clean
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed ## venv + pinned deps + npm ci (idempotent)
 
@@ -57,6 +57,9 @@ local: setup ## install, then synth + gates + idle cost, then the whole pipeline
 
 bench-train: setup ## our entry point vs a bare PyTorch loop (tokens/s, medians) and checkpoint cost, on CPU
 	$(PY) tools/bench_train.py
+
+bench-lambda: setup ## Lambda cold import vs import boto3 (medians), and the transitions a 24-hour job costs
+	$(PY) tools/bench_lambda.py
 
 image: ## build the training images (needs a Docker engine; not part of CI)
 	docker build -f training/Dockerfile -t trainstack-training:latest training
