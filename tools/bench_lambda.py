@@ -53,7 +53,7 @@ def main() -> int:
     polls = transitions_for(86400)
     total = polls + FIXED_TRANSITIONS
     policy = f"poll {FIRST_POLL_SECONDS}s doubling to {MAX_POLL_SECONDS}s"
-    print(f"a 24-hour job: {policy} -> {polls} in the Wait/Describe/Choice loop + {FIXED_TRANSITIONS} fixed = {total} transitions")
+    print(f"a 24-hour job: {policy} -> {polls} in the Wait/Describe/Choice loop + {FIXED_TRANSITIONS} fixed = {total}")
     print(f"  = ${total * PRICE_PER_TRANSITION:.4f} per run at $0.025 per 1,000 (the free tier covers 4,000 a month)")
     return 0
 
