@@ -20,6 +20,7 @@ from pathlib import Path
 
 from trainstack.request import StackContext, build_request, training_job_name, validate_request
 from trainstack.rules import SpecRejectedError, check_or_raise
+from trainstack.s3uri import count_objects
 from trainstack.spec import SpecError, json_schema, load_spec
 
 PLACEHOLDER = "PLACEHOLDER"
@@ -56,13 +57,7 @@ def s3_object_counter() -> Callable[[str], int]:
     import boto3
 
     s3 = boto3.client("s3")
-
-    def count(uri: str) -> int:
-        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-        return sum(page.get("KeyCount", 0) for page in pages)
-
-    return count
+    return lambda uri: count_objects(s3, uri)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,7 @@ from typing import Any
 
 import boto3
 
+from trainstack.s3uri import split_s3_uri
 from trainstack_local import container
 from trainstack_local.definition import function_logical_ids, render_definition
 
@@ -282,20 +283,15 @@ def _trigger_bucket_id(template: dict[str, Any]) -> str:
     return next(k for k, r in template["Resources"].items() if r["Type"] == "AWS::S3::Bucket" and "Trigger" in k)
 
 
-def _split(uri: str) -> tuple[str, str]:
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
-    return bucket, key
-
-
 def _download(s3: Any, uri: str, destination: Path) -> Path:
     destination.parent.mkdir(parents=True, exist_ok=True)
-    bucket, key = _split(uri)
+    bucket, key = split_s3_uri(uri)
     s3.download_file(bucket, key, str(destination))
     return destination
 
 
 def _sync_down(s3: Any, uri: str, destination: Path) -> Path:
-    bucket, prefix = _split(uri)
+    bucket, prefix = split_s3_uri(uri)
     destination.mkdir(parents=True, exist_ok=True)
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for item in page.get("Contents", []):
@@ -307,7 +303,7 @@ def _sync_down(s3: Any, uri: str, destination: Path) -> Path:
 
 
 def _sync_up(s3: Any, source: Path, uri: str) -> None:
-    bucket, prefix = _split(uri)
+    bucket, prefix = split_s3_uri(uri)
     for path in sorted(source.rglob("*")):
         if path.is_file():
             s3.upload_file(str(path), bucket, f"{prefix.rstrip('/')}/{path.relative_to(source).as_posix()}")
@@ -318,7 +314,7 @@ def _upload_tar(s3: Any, directory: Path, uri: str) -> None:
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for path in sorted(directory.rglob("*")):
             tar.add(path, arcname=path.relative_to(directory).as_posix())
-    bucket, key = _split(uri)
+    bucket, key = split_s3_uri(uri)
     s3.put_object(Bucket=bucket, Key=key, Body=buffer.getvalue())
 
 

@@ -9,6 +9,7 @@ import yaml
 from trainstack.errors import SpecInvalidError
 from trainstack.handlers.environment import client, environment
 from trainstack.rules import SpecRejectedError, check_or_raise
+from trainstack.s3uri import count_objects
 from trainstack.spec import SpecError, parse_spec
 from trainstack.workflow import Trigger, trials, trigger_of
 
@@ -22,7 +23,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         data = {**data, "inputs": inputs}
     try:
         spec = parse_spec(data)
-        check_or_raise(spec, _count_objects)
+        check_or_raise(spec, lambda uri: count_objects(client("s3"), uri))
     except (SpecError, SpecRejectedError) as error:
         raise SpecInvalidError(f"{trigger.spec_key or 'inline spec'}: " + "; ".join(map(str, error.problems))) from None
     runs = trials(spec)
@@ -58,9 +59,3 @@ def _spec_data(trigger: Trigger) -> dict[str, Any]:
     raise SpecInvalidError(
         f"no job spec at {', '.join(f's3://{trigger.spec_bucket}/{k}' for k in keys)}; upload one or set the stack's default spec"
     )
-
-
-def _count_objects(uri: str) -> int:
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    pages = client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-    return sum(page.get("KeyCount", 0) for page in pages)
