@@ -2,7 +2,8 @@
 
 Validate -> Map over trials (one trial without a sweep):
     Create (throttling retried; capacity retried with backoff, then reported as NotStarted)
-    -> Wait (doubling to 30 min) -> Describe -> Choice (InProgress/Stopping: wait again)
+    -> Wait (doubling to 30 min) -> Describe -> Choice (InProgress/Stopping: wait again; failed
+       for capacity: create it again after 5, 10, 20 min, resuming from its checkpoints)
 -> Notify (one message per run) -> Succeed, or Fail with the reason as Cause.
 Triggers: jobs/**.yaml|yml|json uploads, datasets/<name>/_SUCCESS markers, direct StartExecution.
 An aborted or timed-out execution stops the training jobs it started.
@@ -29,7 +30,7 @@ from stacks.compliance import acknowledge, nag_resource, skip_checkov
 from stacks.lambda_asset import build_lambda_asset
 from trainstack.layout import DATASETS_PREFIX, JOBS_PREFIX
 from trainstack.naming import training_job_name_prefix
-from trainstack.workflow import DATA_MARKER
+from trainstack.workflow import CAPACITY_RETRIES, DATA_MARKER
 
 HANDLERS = ("validate", "create", "describe", "notify", "stop")
 LAMBDA_TRANSIENT = [
@@ -177,7 +178,7 @@ class TrainingPipeline(Construct):
         rejected = sfn.Fail(self, "Rejected", error_path="$.status", cause_path="$.reason")
         validate.add_catch(notify_rejected.next(rejected), errors=["States.ALL"], result_path="$.error")
 
-        create = self._invoke("Create", "create")
+        create = self._invoke("Create", "create", result_path="$.job")
         create.add_retry(errors=["ThrottledError"], interval=Duration.seconds(5), max_attempts=5, backoff_rate=2)
         create.add_retry(
             errors=["CapacityUnavailableError"],
@@ -186,14 +187,47 @@ class TrainingPipeline(Construct):
             backoff_rate=2,
             max_delay=Duration.hours(1),
         )
-        trial_finished = sfn.Pass(self, "TrialFinished")
-        create.add_catch(trial_finished, errors=["States.ALL"], result_path="$.error")
-        wait = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path("$.poll_seconds"))
-        describe = self._invoke("Describe", "describe")
-        running = sfn.Condition.or_(
-            sfn.Condition.string_equals("$.status", "InProgress"), sfn.Condition.string_equals("$.status", "Stopping")
+        not_started = sfn.Pass(
+            self, "TrialNotStarted", parameters={"status": "NotStarted", "error": sfn.JsonPath.object_at("$.error")}
         )
-        status = sfn.Choice(self, "JobStatus").when(running, wait).otherwise(trial_finished)
+        create.add_catch(not_started, errors=["States.ALL"], result_path="$.error")
+        wait = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path("$.job.poll_seconds"))
+        describe = self._invoke(
+            "Describe",
+            "describe",
+            payload=sfn.TaskInput.from_object(
+                {
+                    "job_name": sfn.JsonPath.string_at("$.job.job_name"),
+                    "poll_seconds": sfn.JsonPath.number_at("$.job.poll_seconds"),
+                    "attempt": sfn.JsonPath.number_at("$.attempt"),
+                }
+            ),
+            result_path="$.job",
+        )
+        # A job that failed for capacity is created again (same checkpoints) after a doubling wait.
+        next_attempt = sfn.Pass(
+            self,
+            "NextAttempt",
+            parameters={
+                "spec": sfn.JsonPath.object_at("$.spec"),
+                "lineage": sfn.JsonPath.string_at("$.lineage"),
+                "trial": sfn.JsonPath.object_at("$.trial"),
+                "trial_count": sfn.JsonPath.number_at("$.trial_count"),
+                "attempt": sfn.JsonPath.math_add(sfn.JsonPath.number_at("$.attempt"), 1),
+                "job": sfn.JsonPath.object_at("$.job"),
+            },
+        )
+        backoff = sfn.Wait(self, "CapacityBackoff", time=sfn.WaitTime.seconds_path("$.job.retry_wait_seconds"))
+        next_attempt.next(backoff).next(create)
+        trial_finished = sfn.Pass(self, "TrialFinished", output_path="$.job")
+        running = sfn.Condition.or_(
+            sfn.Condition.string_equals("$.job.status", "InProgress"), sfn.Condition.string_equals("$.job.status", "Stopping")
+        )
+        retry_capacity = sfn.Condition.and_(
+            sfn.Condition.boolean_equals("$.job.capacity_failure", True),
+            sfn.Condition.number_less_than("$.attempt", CAPACITY_RETRIES),
+        )
+        status = sfn.Choice(self, "JobStatus").when(running, wait).when(retry_capacity, next_attempt).otherwise(trial_finished)
         trial = create.next(wait).next(describe).next(status)
 
         run = sfn.Map(
@@ -206,6 +240,7 @@ class TrainingPipeline(Construct):
                 "lineage": sfn.JsonPath.string_at("$.lineage"),
                 "trial_count": sfn.JsonPath.number_at("$.trial_count"),
                 "trial": sfn.JsonPath.object_at("$$.Map.Item.Value"),
+                "attempt": 0,
             },
             result_path="$.results",
         )

@@ -46,11 +46,11 @@ def lineage_digest(lineage: str) -> str:
     return hashlib.sha256(lineage.encode()).hexdigest()[:12]
 
 
-def training_job_name(name_prefix: str, spec_name: str, lineage: str, trial: int | None = None) -> str:
+def training_job_name(name_prefix: str, spec_name: str, lineage: str, trial: int | None = None, attempt: int = 0) -> str:
     """Deterministic: the same trigger (object key + version, or execution name) gives the same
     name, so a redelivered event or a redriven execution cannot create a second job. Trials of a
-    sweep add their index."""
-    suffix = lineage_digest(lineage) + (f"-t{trial}" if trial is not None else "")
+    sweep add their index; re-creations after a capacity failure add their attempt."""
+    suffix = lineage_digest(lineage) + (f"-t{trial}" if trial is not None else "") + (f"-a{attempt}" if attempt else "")
     head = f"{training_job_name_prefix(name_prefix)}{spec_name}"[: 63 - len(suffix) - 1].rstrip("-")
     return f"{head}-{suffix}"
 

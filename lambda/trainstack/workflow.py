@@ -11,6 +11,10 @@ from typing import Any
 from trainstack.spec import JobSpec
 
 FIRST_POLL_SECONDS = 60
+CAPACITY_RETRIES = 3  # re-creations after a job fails for capacity
+CAPACITY_FIRST_WAIT_SECONDS = 300
+# How SageMaker words a job that failed because no instances could be had.
+CAPACITY_FAILURE_MARKERS = ("CapacityError", "Insufficient capacity", "Unable to provision requested ML compute capacity")
 MAX_POLL_SECONDS = 1800
 RUNNING = ("InProgress", "Stopping")
 FINISHED = ("Completed", "Failed", "Stopped")
@@ -71,6 +75,15 @@ def next_poll_seconds(previous: int | None, first: int = FIRST_POLL_SECONDS, cap
     if not previous:
         return first
     return min(cap, previous * 2)
+
+
+def is_capacity_failure(status: str, reason: str) -> bool:
+    return status == "Failed" and any(marker.lower() in reason.lower() for marker in CAPACITY_FAILURE_MARKERS)
+
+
+def capacity_wait_seconds(attempt: int, first: int = CAPACITY_FIRST_WAIT_SECONDS) -> int:
+    """Before re-creation number `attempt + 1`: 5, 10, 20 minutes."""
+    return first * 2**attempt
 
 
 def transitions_for(duration_seconds: int, per_poll: int = 3) -> int:

@@ -65,13 +65,19 @@ class LocalStack:
 class SageMakerEmulator:
     """Runs each created training job through the real toolkit in a background thread."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, capacity_failures: int = 0) -> None:
         self.workdir = workdir
         self.threads: list[threading.Thread] = []
         self.runs: dict[str, Path] = {}
+        self.capacity_failures = capacity_failures  # the first N jobs find no capacity, as SageMaker reports it
 
     def start(self, job: Any) -> None:
         job.training_job_status, job.secondary_status = "InProgress", "Starting"
+        if self.capacity_failures > 0:
+            self.capacity_failures -= 1
+            job.failure_reason = "CapacityError: Unable to provision requested ML compute capacity. Please retry later."
+            job.training_job_status, job.secondary_status = "Failed", "Failed"
+            return
         thread = threading.Thread(target=self._run, args=(job,), name=job.training_job_name, daemon=True)
         self.threads.append(thread)
         thread.start()
@@ -122,13 +128,14 @@ class SageMakerEmulator:
 
 @contextmanager
 def local_aws(
-    template: dict[str, Any], workdir: Path, *, source_tarball: Path, first_poll_seconds: int = 1
+    template: dict[str, Any], workdir: Path, *, source_tarball: Path, first_poll_seconds: int = 1, capacity_failures: int = 0
 ) -> Iterator[tuple[LocalStack, SageMakerEmulator]]:
-    """Create the stack's runtime resources inside moto and yield their names."""
+    """Create the stack's runtime resources inside moto and yield their names. `capacity_failures`:
+    how many jobs the emulated SageMaker fails for lack of capacity before it has some."""
     from moto import mock_aws
 
     os.environ.update(LOCAL_ENVIRONMENT)
-    emulator = SageMakerEmulator(workdir)
+    emulator = SageMakerEmulator(workdir, capacity_failures)
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}), _bridges(emulator):
         stack = LocalStack()
         _create_resources(template, stack, source_tarball, first_poll_seconds)
@@ -254,17 +261,22 @@ _INVOKE_LOCK = threading.Lock()  # one handler at a time: each sees only its own
 
 @contextmanager
 def _function_environment(variables: dict[str, str]) -> Iterator[None]:
-    """The function's configured environment for the call, as Lambda provides it."""
+    """The function's configured environment for the call, as Lambda provides it. Only its own
+    variables are set and restored: emulated jobs run in other threads, reading the environment
+    (credentials, PATH) at any moment, so it must never be cleared."""
     from trainstack.handlers.environment import use_client_factory
 
-    saved = dict(os.environ)
+    previous = {key: os.environ.get(key) for key in variables}
     os.environ.update(variables)
     use_client_factory(None)  # the handlers cache their environment per process, like a warm Lambda
     try:
         yield
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         use_client_factory(None)
 
 

@@ -149,3 +149,16 @@ def _description(status: str) -> dict:
         "StoppingCondition": {"MaxRuntimeInSeconds": 86400},
         "CreationTime": "2026-01-01",
     }
+
+
+def test_describe_flags_a_capacity_failure_and_the_wait_before_trying_again(stubbed):
+    failed = {**_description("Failed"), "FailureReason": "CapacityError: Unable to provision requested ML compute capacity."}
+    stubbed["sagemaker"].add_response("describe_training_job", failed, {"TrainingJobName": "trainstack-x"})
+    result = describe.handler({"job_name": "trainstack-x", "poll_seconds": 60, "attempt": 1})
+    assert (result["capacity_failure"], result["retry_wait_seconds"]) == (True, 600)
+
+
+def test_describe_does_not_retry_a_job_that_failed_for_its_own_reasons(stubbed):
+    failed = {**_description("Failed"), "FailureReason": "AlgorithmError: loss is NaN"}
+    stubbed["sagemaker"].add_response("describe_training_job", failed, {"TrainingJobName": "trainstack-x"})
+    assert describe.handler({"job_name": "trainstack-x", "poll_seconds": 60})["capacity_failure"] is False

@@ -49,15 +49,25 @@ def test_capacity_refusals_are_retried_with_bounded_backoff_then_reported(defini
         3600,
     )
     assert any(r["ErrorEquals"] == ["ThrottledError"] for r in create["Retry"])
-    assert create["Catch"][0]["Next"] == "TrialFinished"
+    assert create["Catch"][0]["Next"] == "TrialNotStarted"
 
 
 def test_every_job_status_is_handled(definition):
     choice = _states(definition)["JobStatus"]
-    looped = {c["StringEquals"] for rule in choice["Choices"] for c in rule["Or"]}
-    assert looped == {"InProgress", "Stopping"}
+    looped = {c["StringEquals"] for c in choice["Choices"][0]["Or"]}
+    assert (looped, choice["Choices"][0]["Next"]) == ({"InProgress", "Stopping"}, "WaitForJob")
     assert choice["Default"] == "TrialFinished"  # Completed, Failed, Stopped end the trial with their status
-    assert _states(definition)["WaitForJob"]["SecondsPath"] == "$.poll_seconds"
+    assert _states(definition)["WaitForJob"]["SecondsPath"] == "$.job.poll_seconds"
+
+
+def test_a_job_that_failed_for_capacity_is_created_again_a_bounded_number_of_times(definition):
+    states = _states(definition)
+    retry = states["JobStatus"]["Choices"][1]
+    assert retry["Next"] == "NextAttempt"
+    assert {"Variable": "$.job.capacity_failure", "BooleanEquals": True} in retry["And"]
+    assert {"Variable": "$.attempt", "NumericLessThan": 3} in retry["And"]
+    assert states["NextAttempt"]["Parameters"]["attempt.$"] == "States.MathAdd($.attempt, 1)"
+    assert (states["NextAttempt"]["Next"], states["CapacityBackoff"]["Next"]) == ("CapacityBackoff", "Create")
 
 
 def test_runs_fail_with_the_reason_as_cause(definition):

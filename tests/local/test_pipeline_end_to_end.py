@@ -141,3 +141,17 @@ def test_a_failing_training_job_fails_the_execution_with_its_failure_reason(pipe
     assert "unknown hyperparameter 'max_step'" in run.cause
     (message,) = notifications(stack)
     assert message["status"] == "Failed" and "max_step" in message["trials"][0]["reason"]
+
+
+def test_a_job_that_finds_no_capacity_is_created_again_and_resumes(default_stack, tmp_path):
+    source = write_source_tarball(ROOT / "training", tmp_path / "sourcedir.tar.gz")
+    with local_aws(default_stack.json, tmp_path, source_tarball=source, capacity_failures=1) as (stack, emulator):
+        upload_sample_data(stack)
+        put(stack, "jobs/e2e.yaml", job())
+        (execution,) = wait_for_new_executions(stack, known=0)
+        run = finish(execution)
+        emulator.wait()
+        assert run.status == "SUCCEEDED"
+        statuses = {j["TrainingJobName"][-3:]: j["TrainingJobStatus"] for j in training_jobs()}
+        assert statuses == {"-a1": "Completed", **{k: v for k, v in statuses.items() if k != "-a1"}}
+        assert sorted(statuses.values()) == ["Completed", "Failed"]

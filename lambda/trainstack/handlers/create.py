@@ -22,7 +22,8 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     plan = check_or_raise(spec)
     trial = event["trial"]
     index = trial["index"] if event["trial_count"] > 1 else None
-    job_name = training_job_name(stack.name_prefix, spec.name, event["lineage"], index)
+    attempt = event.get("attempt", 0)  # > 0: re-created after a capacity failure, same checkpoints
+    job_name = training_job_name(stack.name_prefix, spec.name, event["lineage"], index, attempt)
     request = build_request(spec, plan, stack, job_name=job_name, lineage=event["lineage"], trial=trial["hyperparameters"])
     validate_request(request)
     created = True
