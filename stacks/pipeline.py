@@ -30,7 +30,7 @@ from stacks.compliance import acknowledge, nag_resource, skip_checkov
 from stacks.lambda_asset import build_lambda_asset
 from trainstack.layout import DATASETS_PREFIX, JOBS_PREFIX
 from trainstack.naming import training_job_name_prefix
-from trainstack.workflow import CAPACITY_RETRIES, DATA_MARKER
+from trainstack.workflow import CAPACITY_RETRIES, DATA_MARKER, RUNNING
 
 HANDLERS = ("validate", "create", "describe", "notify", "stop")
 LAMBDA_TRANSIENT = [
@@ -220,9 +220,7 @@ class TrainingPipeline(Construct):
         backoff = sfn.Wait(self, "CapacityBackoff", time=sfn.WaitTime.seconds_path("$.job.retry_wait_seconds"))
         next_attempt.next(backoff).next(create)
         trial_finished = sfn.Pass(self, "TrialFinished", output_path="$.job")
-        running = sfn.Condition.or_(
-            sfn.Condition.string_equals("$.job.status", "InProgress"), sfn.Condition.string_equals("$.job.status", "Stopping")
-        )
+        running = sfn.Condition.or_(*(sfn.Condition.string_equals("$.job.status", status) for status in RUNNING))
         retry_capacity = sfn.Condition.and_(
             sfn.Condition.boolean_equals("$.job.capacity_failure", True),
             sfn.Condition.number_less_than("$.attempt", CAPACITY_RETRIES),

@@ -4,7 +4,6 @@ trials a sweep expands to, how often to poll, and what a finished job means."""
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +15,7 @@ CAPACITY_FIRST_WAIT_SECONDS = 300
 # How SageMaker words a job that failed because no instances could be had.
 CAPACITY_FAILURE_MARKERS = ("CapacityError", "Insufficient capacity", "Unable to provision requested ML compute capacity")
 MAX_POLL_SECONDS = 1800
-RUNNING = ("InProgress", "Stopping")
-FINISHED = ("Completed", "Failed", "Stopped")
+RUNNING = ("InProgress", "Stopping")  # statuses the state machine keeps polling
 DATA_MARKER = "_SUCCESS"
 
 
@@ -108,7 +106,3 @@ def summary(description: dict[str, Any]) -> dict[str, Any]:
         "billable_seconds": description.get("BillableTimeInSeconds", 0),
         "duration_seconds": int((end - start).total_seconds()) if start and end else 0,
     }
-
-
-def as_json(value: Any) -> str:
-    return json.dumps(value, default=str, sort_keys=True)
