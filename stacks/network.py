@@ -9,12 +9,12 @@ from aws_cdk import Aws, Fn, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from stacks.compliance import acknowledge, skip_checkov
+from stacks.log_groups import encrypted_log_group
 
 VPC_CIDR = "10.42.0.0/16"
 # A /20 gives 4,091 addresses per AZ: a p5.48xlarge job takes 32 EFA interfaces per node.
@@ -79,8 +79,9 @@ class TrainingNetwork(Construct):
         self.training_subnets = ec2.SubnetSelection(subnet_type=training_subnet_type)
         self.training_subnet_ids: list[str] = self.vpc.select_subnets(subnet_type=training_subnet_type).subnet_ids
 
-        flow_log_group = logs.LogGroup(self, "FlowLogs", encryption_key=log_key, removal_policy=removal_policy)
-        flow_log_group.node.default_child.retention_in_days = log_retention_days
+        flow_log_group = encrypted_log_group(
+            self, "FlowLogs", key=log_key, retention_days=log_retention_days, removal_policy=removal_policy
+        )
         self.vpc.add_flow_log(
             "FlowLog",
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),

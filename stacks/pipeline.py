@@ -28,8 +28,11 @@ from constructs import Construct
 
 from stacks.compliance import acknowledge, nag_resource, skip_checkov
 from stacks.lambda_asset import build_lambda_asset
+from stacks.log_groups import encrypted_log_group
+from trainstack.handlers.environment import lambda_variables
 from trainstack.layout import DATASETS_PREFIX, JOBS_PREFIX
 from trainstack.naming import training_job_name_prefix
+from trainstack.request import StackContext
 from trainstack.workflow import CAPACITY_RETRIES, DATA_MARKER, RUNNING
 
 HANDLERS = ("validate", "create", "describe", "notify", "stop")
@@ -80,18 +83,18 @@ class TrainingPipeline(Construct):
         self._retention_days = log_retention_days
         self._removal = removal_policy
         code = lambda_.Code.from_asset(str(build_lambda_asset()))
-        environment = {
-            "NAME_PREFIX": name_prefix,
-            "EXECUTION_ROLE_ARN": defaults.execution_role.role_arn,
-            "ARTIFACTS_BUCKET": defaults.artifacts_bucket.bucket_name,
-            "KEY_ARN": defaults.key.key_arn,
-            "SUBNET_IDS": ",".join(defaults.subnet_ids),
-            "SECURITY_GROUP_ID": defaults.security_group_id,
-            "SOURCE_S3_URI": defaults.source_s3_uri,
-            "INTER_CONTAINER_ENCRYPTION": str(defaults.inter_container_encryption).lower(),
-            "TOPIC_ARN": topic.topic_arn,
-            "DEFAULT_SPEC_KEY": default_spec_key or "",
-        }
+        job_stack = StackContext(
+            region=stack.region,
+            role_arn=defaults.execution_role.role_arn,
+            artifacts_bucket=defaults.artifacts_bucket.bucket_name,
+            key_arn=defaults.key.key_arn,
+            subnet_ids=tuple(defaults.subnet_ids),
+            security_group_ids=(defaults.security_group_id,),
+            source_s3_uri=defaults.source_s3_uri,
+            inter_container_encryption=defaults.inter_container_encryption,
+            name_prefix=name_prefix,
+        )
+        environment = lambda_variables(job_stack, topic_arn=topic.topic_arn, default_spec_key=default_spec_key)
         self.functions = {name: self._function(name, code, environment) for name in HANDLERS}
         jobs_arn = stack.format_arn(
             service="sagemaker", resource="training-job", resource_name=f"{training_job_name_prefix(name_prefix)}*"
@@ -155,9 +158,9 @@ class TrainingPipeline(Construct):
         return function
 
     def _log_group(self, construct_id: str) -> logs.LogGroup:
-        group = logs.LogGroup(self, construct_id, encryption_key=self._key, removal_policy=self._removal)
-        group.node.default_child.retention_in_days = self._retention_days
-        return group
+        return encrypted_log_group(
+            self, construct_id, key=self._key, retention_days=self._retention_days, removal_policy=self._removal
+        )
 
     def _invoke(self, construct_id: str, name: str, **options: object) -> tasks.LambdaInvoke:
         task = tasks.LambdaInvoke(self, construct_id, lambda_function=self.functions[name], payload_response_only=True, **options)

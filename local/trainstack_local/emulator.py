@@ -33,6 +33,8 @@ from typing import Any
 
 import boto3
 
+from trainstack.handlers.environment import lambda_variables
+from trainstack.request import StackContext
 from trainstack.s3uri import split_s3_uri
 from trainstack_local import container
 from trainstack_local.definition import function_logical_ids, render_definition
@@ -156,20 +158,21 @@ def _create_resources(template: dict[str, Any], stack: LocalStack, source_tarbal
         "Role"
     ]["Arn"]
 
-    environment = {
-        "NAME_PREFIX": "trainstack",
-        "EXECUTION_ROLE_ARN": role,
-        "ARTIFACTS_BUCKET": stack.artifacts_bucket,
-        "KEY_ARN": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/local",
-        "SUBNET_IDS": "subnet-local",
-        "SECURITY_GROUP_ID": "sg-local",
-        "SOURCE_S3_URI": f"s3://{stack.assets_bucket}/sourcedir.tar.gz",
-        "INTER_CONTAINER_ENCRYPTION": "false",
-        "TOPIC_ARN": stack.topic_arn,
-        "DEFAULT_SPEC_KEY": "",
-        "FIRST_POLL_SECONDS": str(first_poll_seconds),
-        "MAX_POLL_SECONDS": str(max(first_poll_seconds * 4, 1)),
-    }
+    job_stack = StackContext(
+        region=REGION,
+        role_arn=role,
+        artifacts_bucket=stack.artifacts_bucket,
+        key_arn=f"arn:aws:kms:{REGION}:{ACCOUNT}:key/local",
+        subnet_ids=("subnet-local",),
+        security_group_ids=("sg-local",),
+        source_s3_uri=f"s3://{stack.assets_bucket}/sourcedir.tar.gz",
+    )
+    environment = lambda_variables(
+        job_stack,
+        topic_arn=stack.topic_arn,
+        first_poll_seconds=first_poll_seconds,
+        max_poll_seconds=max(first_poll_seconds * 4, 1),
+    )
     lambda_client = boto3.client("lambda", region_name=REGION)
     arns = {}
     for name, logical_id in function_logical_ids(template).items():

@@ -21,6 +21,37 @@ class LambdaEnvironment:
     max_poll_seconds: int = MAX_POLL_SECONDS
 
 
+def lambda_variables(
+    stack: StackContext,
+    *,
+    topic_arn: str,
+    default_spec_key: str | None = None,
+    first_poll_seconds: int | None = None,
+    max_poll_seconds: int | None = None,
+) -> dict[str, str]:
+    """The functions' environment variables, which `environment()` reads back: one place names
+    them for the stack that writes them, the handlers and the local emulation. The region is left
+    out: Lambda sets AWS_REGION itself."""
+    variables = {
+        "NAME_PREFIX": stack.name_prefix,
+        "EXECUTION_ROLE_ARN": stack.role_arn,
+        "ARTIFACTS_BUCKET": stack.artifacts_bucket,
+        "KEY_ARN": stack.key_arn,
+        "SUBNET_IDS": ",".join(stack.subnet_ids),
+        "SECURITY_GROUP_ID": stack.security_group_ids[0],
+        "SOURCE_S3_URI": stack.source_s3_uri,
+        "INTER_CONTAINER_ENCRYPTION": str(stack.inter_container_encryption).lower(),
+        "TOPIC_ARN": topic_arn,
+        "DEFAULT_SPEC_KEY": default_spec_key or "",
+    }
+    # Only the local emulation shortens these; a deployed stack uses the defaults.
+    if first_poll_seconds is not None:
+        variables["FIRST_POLL_SECONDS"] = str(first_poll_seconds)
+    if max_poll_seconds is not None:
+        variables["MAX_POLL_SECONDS"] = str(max_poll_seconds)
+    return variables
+
+
 @functools.cache
 def environment() -> LambdaEnvironment:
     env = os.environ
@@ -38,7 +69,6 @@ def environment() -> LambdaEnvironment:
         ),
         topic_arn=env.get("TOPIC_ARN", ""),
         default_spec_key=env.get("DEFAULT_SPEC_KEY") or None,
-        # Only the local emulation shortens these; a deployed stack uses the defaults.
         first_poll_seconds=int(env.get("FIRST_POLL_SECONDS", FIRST_POLL_SECONDS)),
         max_poll_seconds=int(env.get("MAX_POLL_SECONDS", MAX_POLL_SECONDS)),
     )
