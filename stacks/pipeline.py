@@ -32,7 +32,7 @@ from stacks.log_groups import encrypted_log_group
 from trainstack.handlers.environment import lambda_variables
 from trainstack.layout import DATASETS_PREFIX, JOBS_PREFIX
 from trainstack.naming import training_job_name_prefix
-from trainstack.request import StackContext
+from trainstack.stack_context import StackContext
 from trainstack.workflow import CAPACITY_RETRIES, DATA_MARKER, RUNNING
 
 HANDLERS = ("validate", "create", "describe", "notify", "stop")
@@ -57,11 +57,27 @@ class JobDefaults:
     subnet_ids: list[str]
     security_group_id: str
     source_s3_uri: str
+    entry_s3_uri: str = ""
     inter_container_encryption: bool = False
+
+    def context(self, region: str, name_prefix: str) -> StackContext:
+        """The StackContext these constructs give jobs (tokens until deploy)."""
+        return StackContext(
+            region=region,
+            role_arn=self.execution_role.role_arn,
+            artifacts_bucket=self.artifacts_bucket.bucket_name,
+            key_arn=self.key.key_arn,
+            subnet_ids=tuple(self.subnet_ids),
+            security_group_ids=(self.security_group_id,),
+            source_s3_uri=self.source_s3_uri,
+            entry_s3_uri=self.entry_s3_uri,
+            inter_container_encryption=self.inter_container_encryption,
+            name_prefix=name_prefix,
+        )
 
 
 class TrainingPipeline(Construct):
-    """Exposes `state_machine`, `functions` and `topic`. Embeddable in another CDK app."""
+    """Exposes `state_machine`, `functions`, `topic` and `job_context` (what jobs get). Embeddable in another CDK app."""
 
     def __init__(
         self,
@@ -83,18 +99,8 @@ class TrainingPipeline(Construct):
         self._retention_days = log_retention_days
         self._removal = removal_policy
         code = lambda_.Code.from_asset(str(build_lambda_asset()))
-        job_stack = StackContext(
-            region=stack.region,
-            role_arn=defaults.execution_role.role_arn,
-            artifacts_bucket=defaults.artifacts_bucket.bucket_name,
-            key_arn=defaults.key.key_arn,
-            subnet_ids=tuple(defaults.subnet_ids),
-            security_group_ids=(defaults.security_group_id,),
-            source_s3_uri=defaults.source_s3_uri,
-            inter_container_encryption=defaults.inter_container_encryption,
-            name_prefix=name_prefix,
-        )
-        environment = lambda_variables(job_stack, topic_arn=topic.topic_arn, default_spec_key=default_spec_key)
+        self.job_context = defaults.context(stack.region, name_prefix)
+        environment = lambda_variables(self.job_context, topic_arn=topic.topic_arn, default_spec_key=default_spec_key)
         self.functions = {name: self._function(name, code, environment) for name in HANDLERS}
         jobs_arn = stack.format_arn(
             service="sagemaker", resource="training-job", resource_name=f"{training_job_name_prefix(name_prefix)}*"
@@ -213,7 +219,7 @@ class TrainingPipeline(Construct):
             "NextAttempt",
             parameters={
                 "spec": sfn.JsonPath.object_at("$.spec"),
-                "lineage": sfn.JsonPath.string_at("$.lineage"),
+                "run": sfn.JsonPath.object_at("$.run"),
                 "trial": sfn.JsonPath.object_at("$.trial"),
                 "trial_count": sfn.JsonPath.number_at("$.trial_count"),
                 "attempt": sfn.JsonPath.math_add(sfn.JsonPath.number_at("$.attempt"), 1),
@@ -238,7 +244,7 @@ class TrainingPipeline(Construct):
             max_concurrency_path="$.max_concurrency",
             item_selector={
                 "spec": sfn.JsonPath.object_at("$.spec"),
-                "lineage": sfn.JsonPath.string_at("$.lineage"),
+                "run": sfn.JsonPath.object_at("$.run"),
                 "trial_count": sfn.JsonPath.number_at("$.trial_count"),
                 "trial": sfn.JsonPath.object_at("$$.Map.Item.Value"),
                 "attempt": 0,

@@ -63,7 +63,7 @@ class TrainingStack(Stack):
             self,
             "Roles",
             storage=self.storage,
-            source_asset=self.source.asset,
+            source=self.source,
             image_repository=self.image.asset.repository if self.image else None,
         )
 
@@ -80,6 +80,7 @@ class TrainingStack(Stack):
                 subnet_ids=self.network.training_subnet_ids,
                 security_group_id=self.network.security_group.security_group_id,
                 source_s3_uri=self.source.s3_uri,
+                entry_s3_uri=self.source.entry_s3_uri,
                 inter_container_encryption=settings.inter_container_encryption,
             ),
             topic=self.monitoring.topic,
@@ -91,14 +92,8 @@ class TrainingStack(Stack):
         self._acknowledge_cdk_handlers()
 
         outputs = {
+            **self.pipeline.job_context.to_outputs(),  # what `trainstack render --outputs` and the CLI read back
             "TriggerBucketName": self.storage.trigger_bucket.bucket_name,
-            "ArtifactsBucketName": self.storage.artifacts_bucket.bucket_name,
-            "KeyArn": self.storage.key.key_arn,
-            "ExecutionRoleArn": self.roles.execution_role.role_arn,
-            "SecurityGroupId": self.network.security_group.security_group_id,
-            "TrainingSubnetIds": ",".join(self.network.training_subnet_ids),
-            "SourceS3Uri": self.source.s3_uri,
-            "InterContainerEncryption": str(settings.inter_container_encryption).lower(),
             "StateMachineArn": self.pipeline.state_machine.state_machine_arn,
             "TopicArn": self.monitoring.topic.topic_arn,
         }

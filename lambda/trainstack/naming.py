@@ -11,6 +11,7 @@ DEFAULT_NAME_PREFIX = "trainstack"
 NAME_PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$")
 
 # CreateTrainingJob's TrainingJobName constraint (botocore does not check patterns).
+TRAINING_JOB_NAME_MAX = 63
 TRAINING_JOB_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 
 

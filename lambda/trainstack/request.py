@@ -6,53 +6,25 @@ The script-mode hyperparameters follow the contract the framework containers' to
 
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
+from trainstack.entrypoint import ENTRY_CHANNEL, INPUT_DATA_ROOT, container_entrypoint
+from trainstack.identity import Trial
 from trainstack.images import PYTORCH_TRAINING, SMP_TRAINING
 from trainstack.instances import efa_environment
-from trainstack.layout import CHECKPOINTS_PREFIX, MODELS_PREFIX, TENSORBOARD_PREFIX
+from trainstack.layout import MODELS_PREFIX, TENSORBOARD_PREFIX
 from trainstack.metric_definitions import metric_definitions
-from trainstack.naming import DEFAULT_NAME_PREFIX, TRAINING_JOB_NAME_PATTERN, training_job_name_prefix
+from trainstack.naming import TRAINING_JOB_NAME_PATTERN
 from trainstack.rules import Plan
 from trainstack.spec import JobSpec
+from trainstack.stack_context import StackContext
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
 CODE_CHANNEL = "code"
 # CUDA suffix of the SMP v2 image per PyTorch version (from the SageMaker SDK's image config).
 SMP_CUDA = {"2.0.1": "cu121", "2.1.2": "cu121", "2.2.0": "cu121", "2.3.1": "cu121", "2.4.1": "cu121", "2.5.1": "cu124"}
-
-
-@dataclass(frozen=True)
-class StackContext:
-    """What the deployed stack provides every job (its CloudFormation outputs)."""
-
-    region: str
-    role_arn: str
-    artifacts_bucket: str
-    key_arn: str
-    subnet_ids: tuple[str, ...]
-    security_group_ids: tuple[str, ...]
-    source_s3_uri: str
-    inter_container_encryption: bool = False
-    name_prefix: str = DEFAULT_NAME_PREFIX
-
-
-def lineage_digest(lineage: str) -> str:
-    """12 hex characters naming a run in job names; also how its jobs are found to stop them."""
-    return hashlib.sha256(lineage.encode()).hexdigest()[:12]
-
-
-def training_job_name(name_prefix: str, spec_name: str, lineage: str, trial: int | None = None, attempt: int = 0) -> str:
-    """Deterministic: the same trigger (object key + version, or execution name) gives the same
-    name, so a redelivered event or a redriven execution cannot create a second job. Trials of a
-    sweep add their index; re-creations after a capacity failure add their attempt."""
-    suffix = lineage_digest(lineage) + (f"-t{trial}" if trial is not None else "") + (f"-a{attempt}" if attempt else "")
-    head = f"{training_job_name_prefix(name_prefix)}{spec_name}"[: 63 - len(suffix) - 1].rstrip("-")
-    return f"{head}-{suffix}"
 
 
 def image_uri(spec: JobSpec, plan: Plan, region: str) -> str:
@@ -68,14 +40,12 @@ def image_uri(spec: JobSpec, plan: Plan, region: str) -> str:
 
 
 def script_mode_hyperparameters(
-    spec: JobSpec, plan: Plan, stack: StackContext, job_name: str, trial: dict[str, Any]
+    spec: JobSpec, plan: Plan, stack: StackContext, job_name: str, overrides: dict[str, Any]
 ) -> dict[str, str]:
-    submit = (
-        f"/opt/ml/input/data/{CODE_CHANNEL}/sourcedir.tar.gz"
-        if spec.network_isolation
-        else (spec.source_dir or stack.source_s3_uri)
-    )
-    values: dict[str, Any] = {**spec.hyperparameters, **trial, "strategy": plan.strategy}
+    source = spec.source_dir or stack.source_s3_uri
+    # With network isolation the code arrives as a channel; a channel keeps each object's base name.
+    submit = f"{INPUT_DATA_ROOT}/{CODE_CHANNEL}/{source.rsplit('/', 1)[-1]}" if spec.network_isolation else source
+    values: dict[str, Any] = {**spec.hyperparameters, **overrides, "strategy": plan.strategy}
     if spec.checkpoints:
         values["checkpoint_dir"] = CHECKPOINT_LOCAL_PATH
     if spec.tensorboard:
@@ -102,38 +72,22 @@ def script_mode_hyperparameters(
 
 
 def build_request(
-    spec: JobSpec, plan: Plan, stack: StackContext, *, job_name: str, lineage: str, trial: dict[str, Any] | None = None
+    spec: JobSpec,
+    plan: Plan,
+    stack: StackContext,
+    *,
+    trial: Trial,
+    overrides: dict[str, Any] | None = None,
+    attempt: int = 0,
 ) -> dict[str, Any]:
-    """The CreateTrainingJob request. `lineage` names the job's checkpoint lineage: retries and
-    restarts of the same trigger share it, so they resume instead of starting over."""
-    trial = trial or {}
-    lineage_id = hashlib.sha256(lineage.encode()).hexdigest()[:16]
+    """The CreateTrainingJob request for one attempt of one trial. The trial's identity names the
+    job and its checkpoint location: its attempts share checkpoints and resume, other trials never
+    see them. `overrides` are the trial's hyperparameters."""
+    job_name = trial.job_name(stack.name_prefix, spec.name, attempt)
     artifacts = f"s3://{stack.artifacts_bucket}"
-    inputs = [
-        {
-            "ChannelName": name,
-            "InputMode": channel.mode,
-            "DataSource": {
-                "S3DataSource": {
-                    "S3DataType": "S3Prefix",
-                    "S3Uri": channel.s3_uri,
-                    "S3DataDistributionType": channel.distribution,
-                }
-            },
-        }
-        for name, channel in spec.inputs.items()
-    ]
+    inputs = [_channel(name, channel.s3_uri, channel.mode, channel.distribution) for name, channel in spec.inputs.items()]
     if spec.network_isolation:  # no outbound calls at all: the code travels as an input channel
-        source = spec.source_dir or stack.source_s3_uri
-        inputs.append(
-            {
-                "ChannelName": CODE_CHANNEL,
-                "InputMode": "File",
-                "DataSource": {
-                    "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": source, "S3DataDistributionType": "FullyReplicated"}
-                },
-            }
-        )
+        inputs.append(_channel(CODE_CHANNEL, spec.source_dir or stack.source_s3_uri))
     resource: dict[str, Any] = {
         "InstanceType": spec.instance_type,
         "InstanceCount": spec.instance_count,
@@ -156,7 +110,7 @@ def build_request(
             "EnableSageMakerMetricsTimeSeries": True,
         },
         "RoleArn": stack.role_arn,
-        "HyperParameters": script_mode_hyperparameters(spec, plan, stack, job_name, trial),
+        "HyperParameters": script_mode_hyperparameters(spec, plan, stack, job_name, overrides or {}),
         "OutputDataConfig": {"S3OutputPath": f"{artifacts}/{MODELS_PREFIX}", "KmsKeyId": stack.key_arn},
         "ResourceConfig": resource,
         "VpcConfig": {"SecurityGroupIds": list(stack.security_group_ids), "Subnets": list(stack.subnet_ids)},
@@ -166,20 +120,18 @@ def build_request(
         if spec.inter_container_encryption is None
         else spec.inter_container_encryption,
         "EnableManagedSpotTraining": spec.spot.enabled,
-        "Tags": [{"Key": k, "Value": v} for k, v in spec.tags.items()]
-        + [
-            {"Key": "trainstack:spec", "Value": spec.name},
-            {"Key": "trainstack:lineage", "Value": lineage_id},
-            {"Key": "trainstack:strategy", "Value": plan.strategy},
-        ],
+        "Tags": [{"Key": k, "Value": v} for k, v in spec.tags.items()] + trial.tags(spec.name, plan.strategy),
     }
+    if stack.entry_s3_uri and not spec.image:  # script mode in a framework image: PID 1 forwards SIGTERM
+        request["AlgorithmSpecification"]["ContainerEntrypoint"] = container_entrypoint(stack.entry_s3_uri)
+        inputs.append(_channel(ENTRY_CHANNEL, stack.entry_s3_uri))
     if inputs:
         request["InputDataConfig"] = inputs
     if environment:
         request["Environment"] = environment
     if spec.checkpoints:
         request["CheckpointConfig"] = {
-            "S3Uri": f"{artifacts}/{CHECKPOINTS_PREFIX}{spec.name}/{lineage_id}/",
+            "S3Uri": f"{artifacts}/{trial.checkpoint_prefix(spec.name)}",
             "LocalPath": CHECKPOINT_LOCAL_PATH,
         }
     if spec.tensorboard:
@@ -192,6 +144,11 @@ def build_request(
     if not spec.profiler:  # the profiler's rules launch processing jobs with their own quota
         request["ProfilerConfig"] = {"DisableProfiler": True}
     return request
+
+
+def _channel(name: str, uri: str, mode: str = "File", distribution: str = "FullyReplicated") -> dict[str, Any]:
+    source = {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": distribution}
+    return {"ChannelName": name, "InputMode": mode, "DataSource": {"S3DataSource": source}}
 
 
 class InvalidRequestError(ValueError):

@@ -29,6 +29,7 @@ class Trigger:
     """
 
     lineage: str
+    resume: str | None = None  # the execution that continues an ended lineage (see identity.Run)
     spec_bucket: str | None = None
     spec_key: str | None = None
     spec_version: str | None = None
@@ -39,9 +40,14 @@ class Trigger:
 
 def trigger_of(event: dict[str, Any], execution_name: str, default_spec_key: str | None = None) -> Trigger:
     """Read the execution input: an S3 Object Created event (a job spec or a data-drop marker)
-    forwarded by EventBridge, or a direct start with the spec inline."""
+    forwarded by EventBridge, or a direct start with the spec inline (`{"spec": ..., "lineage":
+    "name", "resume": true}`: the lineage defaults to the execution name; `resume` continues it)."""
     if "spec" in event:
-        return Trigger(lineage=f"execution:{event.get('lineage') or execution_name}", inline_spec=event["spec"])
+        return Trigger(
+            lineage=f"execution:{event.get('lineage') or execution_name}",
+            resume=execution_name if event.get("resume") else None,
+            inline_spec=event["spec"],
+        )
     detail = event.get("detail", event)
     bucket, key = detail["bucket"]["name"], detail["object"]["key"]
     version = detail["object"].get("version-id")

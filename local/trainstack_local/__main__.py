@@ -2,7 +2,8 @@
 
 Uploads the sample data and the default spec to the emulated trigger bucket; EventBridge starts
 the synthesized state machine; its Lambdas validate the spec and create the training job; the
-emulated SageMaker runs it through the real training toolkit (torchrun, 2 CPU processes); the
+SageMaker twin runs it through the real training toolkit (a host with 2 emulated GPUs: torchrun
+with 2 CPU processes); the
 state machine polls it to completion and notifies. Needs the synthesized template (`make synth`).
 """
 
@@ -16,13 +17,11 @@ from pathlib import Path
 
 import boto3
 
-from trainstack_local.emulator import REGION, local_aws
+from trainstack_local.emulator import REGION, local_aws, training_files
 from trainstack_local.pipeline import finish, training_jobs, upload_sample_data, wait_for_new_executions
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from stacks.tarball import write_source_tarball  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the stacks package packs the training code as the stack does
 
 DEFAULT_JOB = Path(__file__).resolve().parent / "default_job.yaml"
 
@@ -38,19 +37,19 @@ def main(argv: list[str]) -> int:
         return 2
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="trainstack-local-"))
     template = json.loads(args.template.read_text())
-    source = write_source_tarball(ROOT / "training", workdir / "sourcedir.tar.gz")
-    with local_aws(template, workdir, source_tarball=source) as (stack, emulator):
+    with local_aws(template, workdir, files=training_files(workdir)) as (stack, twin):
         upload_sample_data(stack)
         key = f"jobs/{args.spec.name}"
         boto3.client("s3", region_name=REGION).put_object(Bucket=stack.trigger_bucket, Key=key, Body=args.spec.read_bytes())
         print(f"trainstack local: uploaded s3://{stack.trigger_bucket}/{key}; EventBridge started the state machine", flush=True)
         (execution,) = wait_for_new_executions(stack, known=0)
         run = finish(execution)
-        emulator.wait()
+        twin.wait()
         for job in training_jobs():
-            root = emulator.runs.get(job["TrainingJobName"])
-            where = root / "opt" / "ml" if root else "-"
-            print(f"trainstack local: training job {job['TrainingJobName']}: {job['TrainingJobStatus']} (local /opt/ml: {where})")
+            job_run = twin.runs.get(job["TrainingJobName"])
+            where = job_run.host_root("algo-1") if job_run and job_run.attempts else "-"
+            name, status = job["TrainingJobName"], job["TrainingJobStatus"]
+            print(f"trainstack local: training job {name}: {status} (algo-1 /opt/ml: {where})")
         print(f"trainstack local: execution {run.status}: {run.output or run.cause}")
         return 0 if run.status == "SUCCEEDED" else 1
 

@@ -18,10 +18,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from trainstack.request import StackContext, build_request, training_job_name, validate_request
+from trainstack.identity import Run
+from trainstack.request import build_request, validate_request
 from trainstack.rules import SpecRejectedError, check_or_raise
 from trainstack.s3uri import count_objects
 from trainstack.spec import SpecError, json_schema, load_spec
+from trainstack.stack_context import StackContext
 
 PLACEHOLDER = "PLACEHOLDER"
 
@@ -35,21 +37,7 @@ def placeholder_stack(region: str) -> StackContext:
         subnet_ids=(f"subnet-{PLACEHOLDER}",),
         security_group_ids=(f"sg-{PLACEHOLDER}",),
         source_s3_uri=f"s3://{PLACEHOLDER.lower()}-cdk-assets/sourcedir.tar.gz",
-    )
-
-
-def stack_from_outputs(path: Path, region: str) -> StackContext:
-    """Read the file `cdk deploy --outputs-file` writes: {stack name: {output: value}}."""
-    outputs = next(iter(json.loads(path.read_text()).values()))
-    return StackContext(
-        region=region,
-        role_arn=outputs["ExecutionRoleArn"],
-        artifacts_bucket=outputs["ArtifactsBucketName"],
-        key_arn=outputs["KeyArn"],
-        subnet_ids=tuple(outputs["TrainingSubnetIds"].split(",")),
-        security_group_ids=(outputs["SecurityGroupId"],),
-        source_s3_uri=outputs["SourceS3Uri"],
-        inter_container_encryption=outputs.get("InterContainerEncryption") == "true",
+        entry_s3_uri=f"s3://{PLACEHOLDER.lower()}-cdk-assets/container-entry.py",
     )
 
 
@@ -92,9 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.spec}: valid ({plan.strategy} on {spec.instance_count} x {spec.instance_type}, world size {plan.world_size})"
         )
         return 0
-    stack = stack_from_outputs(args.outputs, args.region) if args.outputs else placeholder_stack(args.region)
-    lineage = args.lineage or str(args.spec)
-    request = build_request(spec, plan, stack, job_name=training_job_name(stack.name_prefix, spec.name, lineage), lineage=lineage)
+    stack = StackContext.from_outputs_file(args.outputs, args.region) if args.outputs else placeholder_stack(args.region)
+    request = build_request(spec, plan, stack, trial=Run(args.lineage or str(args.spec)).trial())
     validate_request(request)
     print(json.dumps(request, indent=2, sort_keys=True))
     if not args.outputs:

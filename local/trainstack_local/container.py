@@ -1,10 +1,11 @@
-"""Run training exactly as a SageMaker framework container does, on this machine.
+"""The `/opt/ml` tree a SageMaker host sees, and the toolkit run on it directly (no namespaces).
 
 The real SageMaker training toolkit (sagemaker-training + sagemaker-pytorch-training) reads an
 `/opt/ml` tree: hyperparameters, resource and input-data config, channels. This module writes
-that tree under a directory of our choosing and runs the toolkit's `train` command, which then
-downloads (here: unpacks) `sagemaker_submit_directory`, picks the launcher from the
-distribution hyperparameters (torchrun for torch_distributed) and starts our entry point.
+that tree (the twin writes one per emulated host) and, for single-host tests of the training code,
+runs the toolkit's `train` command against it with `SAGEMAKER_BASE_DIR`: it then unpacks
+`sagemaker_submit_directory`, picks the launcher from the distribution hyperparameters (torchrun
+for torch_distributed, mpirun for mpi) and starts the entry point.
 """
 
 from __future__ import annotations
@@ -53,28 +54,43 @@ def encode_hyperparameters(values: Mapping[str, Any]) -> dict[str, str]:
     return {key: json.dumps(value) for key, value in values.items()}
 
 
-def prepare(base: Path, hyperparameters: Mapping[str, str], channels: Mapping[str, Path], instance_type: str = "local") -> Path:
-    """Write the /opt/ml tree under `base`; channel folders are copied in as File-mode input."""
-    config = base / "input" / "config"
-    config.mkdir(parents=True, exist_ok=True)
-    for folder in ("model", "output", "output/data", "code"):
-        (base / folder).mkdir(parents=True, exist_ok=True)  # without output/, a failing script exits 0
-    (config / "hyperparameters.json").write_text(json.dumps(dict(hyperparameters), indent=1))
+def resource_config(hosts: list[str], current_host: str, instance_type: str, interface: str) -> dict[str, Any]:
+    """`resourceconfig.json` as SageMaker writes it on each host of a homogeneous cluster."""
     group = "homogeneousCluster"
-    resource = {
-        "current_host": HOST,
-        "hosts": [HOST],
-        "network_interface_name": "lo",
+    return {
+        "current_host": current_host,
+        "hosts": hosts,
+        "network_interface_name": interface,
         "current_instance_type": instance_type,
         "current_group_name": group,
-        "instance_groups": [{"instance_group_name": group, "instance_type": instance_type, "hosts": [HOST]}],
+        "instance_groups": [{"instance_group_name": group, "instance_type": instance_type, "hosts": hosts}],
     }
-    (config / "resourceconfig.json").write_text(json.dumps(resource, indent=1))
-    input_config = {
-        name: {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}
-        for name in channels
-    }
-    (config / "inputdataconfig.json").write_text(json.dumps(input_config, indent=1))
+
+
+def channel_config(mode: str = "File", distribution: str = "FullyReplicated") -> dict[str, str]:
+    """One channel's entry in `inputdataconfig.json`."""
+    return {"TrainingInputMode": mode, "S3DistributionType": distribution, "RecordWrapperType": "None"}
+
+
+def write_config(
+    base: Path, hyperparameters: Mapping[str, str], resource: Mapping[str, Any], channels: Mapping[str, Any]
+) -> Path:
+    """The /opt/ml tree's configuration files under `base`, and the folders SageMaker creates."""
+    config = base / "input" / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    for folder in ("model", "output", "output/data", "code", "checkpoints"):
+        (base / folder).mkdir(parents=True, exist_ok=True)  # without output/, a failing script exits 0
+    (config / "hyperparameters.json").write_text(json.dumps(dict(hyperparameters), indent=1))
+    (config / "resourceconfig.json").write_text(json.dumps(dict(resource), indent=1))
+    (config / "inputdataconfig.json").write_text(json.dumps(dict(channels), indent=1))
+    return base
+
+
+def prepare(base: Path, hyperparameters: Mapping[str, str], channels: Mapping[str, Path], instance_type: str = "local") -> Path:
+    """One host on this machine's network (`localhost`, `lo`); channel folders are copied in as File-mode input."""
+    write_config(
+        base, hyperparameters, resource_config([HOST], HOST, instance_type, "lo"), {name: channel_config() for name in channels}
+    )
     for name, source in channels.items():
         destination = base / "input" / "data" / name
         shutil.rmtree(destination, ignore_errors=True)

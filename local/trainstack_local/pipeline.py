@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import boto3
 
-from trainstack_local.emulator import REGION, LocalStack, wait_for_execution
+from trainstack_local.emulator import REGION, TRAINING, LocalStack
 
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLE_TOKENS = ROOT / "training" / "sample_data" / "tokens"
+SAMPLE_TOKENS = TRAINING / "sample_data" / "tokens"
 
 
 @dataclass(frozen=True)
@@ -44,6 +42,17 @@ def wait_for_new_executions(stack: LocalStack, known: int, count: int = 1, timeo
             return [e["executionArn"] for e in sorted(found, key=lambda e: e["startDate"])][known:]
         time.sleep(0.2)
     raise TimeoutError(f"no new execution of {stack.state_machine_arn} within {timeout} s")
+
+
+def wait_for_execution(execution_arn: str, timeout: float = 600) -> dict[str, Any]:
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        description = sfn.describe_execution(executionArn=execution_arn)
+        if description["status"] != "RUNNING":
+            return description
+        time.sleep(0.5)
+    raise TimeoutError(f"{execution_arn} still running after {timeout} s")
 
 
 def finish(execution_arn: str, timeout: float = 600) -> Run:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainstack.request import StackContext
+from trainstack.stack_context import StackContext
 
 STACK = StackContext(
     region="us-east-1",
@@ -12,6 +12,7 @@ STACK = StackContext(
     subnet_ids=("subnet-0123456789abcdef0",),
     security_group_ids=("sg-0123456789abcdef0",),
     source_s3_uri="s3://cdk-hnb659fds-assets-123456789012-us-east-1/abc.tar.gz",
+    entry_s3_uri="s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123abcd.py",
 )
 
 DDP = {

@@ -48,7 +48,8 @@ def stubbed(monkeypatch):
 
 def _create_event() -> dict:
     spec = {**DDP, "inputs": {}}
-    return {"spec": spec, "lineage": "s3://b/jobs/x.yaml#v1", "trial": {"index": 0, "hyperparameters": {}}, "trial_count": 1}
+    run = {"lineage": "s3://b/jobs/x.yaml#v1", "resume": None}
+    return {"spec": spec, "run": run, "trial": {"index": 0, "hyperparameters": {}}, "trial_count": 1}
 
 
 def test_create_sends_the_built_request(stubbed):
@@ -93,10 +94,10 @@ def test_describe_doubles_the_poll_interval_up_to_the_cap(stubbed):
 
 
 def test_stop_stops_only_this_runs_in_progress_jobs(stubbed):
-    from trainstack.request import lineage_digest
+    from trainstack.identity import Run
 
     event_input = {"detail": {"bucket": {"name": "b"}, "object": {"key": "jobs/x.yaml", "version-id": "v1"}}}
-    digest = lineage_digest("s3://b/jobs/x.yaml#v1")
+    digest = Run("s3://b/jobs/x.yaml#v1").digest
     summaries = [
         {
             "TrainingJobName": f"trainstack-x-{digest}",

@@ -8,20 +8,19 @@ from pathlib import Path
 import pytest
 
 from tests.core.specs import DDP, SMP, SPECS, STACK
-from trainstack.request import InvalidRequestError, build_request, training_job_name, validate_request
+from trainstack.identity import Run
+from trainstack.request import InvalidRequestError, build_request, validate_request
 from trainstack.rules import check_or_raise
 from trainstack.spec import parse_spec
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
-def build(strategy: str, raw: dict | None = None, **trial) -> dict:
+def build(strategy: str, raw: dict | None = None, **overrides) -> dict:
     spec = parse_spec(raw or SPECS[strategy])
     plan = check_or_raise(spec, lambda uri: 64)
-    lineage = f"s3://trainstack-trigger/jobs/{strategy}.yaml#v1"
-    return build_request(
-        spec, plan, STACK, job_name=training_job_name("trainstack", spec.name, lineage), lineage=lineage, trial=trial
-    )
+    trial = Run(f"s3://trainstack-trigger/jobs/{strategy}.yaml#v1").trial()
+    return build_request(spec, plan, STACK, trial=trial, overrides=overrides)
 
 
 @pytest.mark.parametrize("strategy", sorted(SPECS))
@@ -98,20 +97,34 @@ def test_spot_checkpoints_share_one_lineage_path_so_retries_resume():
     assert first["EnableManagedSpotTraining"] is True
 
 
-def test_job_names_are_deterministic_valid_and_distinct_per_trigger():
-    a = training_job_name("trainstack", "gpt-small", "s3://b/jobs/a.yaml#v1")
-    assert a == training_job_name("trainstack", "gpt-small", "s3://b/jobs/a.yaml#v1")
-    assert a != training_job_name("trainstack", "gpt-small", "s3://b/jobs/a.yaml#v2")
-    long = training_job_name("trainstack-long-prefix", "x" * 32, "lineage")
-    assert len(long) <= 63 and long.startswith("trainstack-long-prefix-")
-
-
-def test_network_isolation_ships_the_code_as_an_input_channel():
+def test_network_isolation_ships_the_code_as_an_input_channel_named_as_the_channel_names_it():
     request = build("ddp", {**DDP, "network_isolation": True})
     assert request["EnableNetworkIsolation"] is True
-    assert request["HyperParameters"]["sagemaker_submit_directory"] == '"/opt/ml/input/data/code/sourcedir.tar.gz"'
+    # a channel keeps the object's base name: the stack's tarball asset is <hash>.tar.gz
+    assert request["HyperParameters"]["sagemaker_submit_directory"] == '"/opt/ml/input/data/code/abc.tar.gz"'
     code = next(c for c in request["InputDataConfig"] if c["ChannelName"] == "code")
     assert code["DataSource"]["S3DataSource"]["S3Uri"] == STACK.source_s3_uri
+
+
+def test_framework_images_start_through_the_container_entry_that_forwards_sigterm():
+    request = build("ddp")
+    assert request["AlgorithmSpecification"]["ContainerEntrypoint"] == [
+        "python3",
+        "/opt/ml/input/data/trainstack_entry/0123abcd.py",
+        "bash",
+        "-m",
+        "start_with_right_hostname.sh",
+        "train",
+    ]
+    entry = next(c for c in request["InputDataConfig"] if c["ChannelName"] == "trainstack_entry")
+    assert entry["InputMode"] == "File"  # on disk before PID 1 starts
+    assert entry["DataSource"]["S3DataSource"]["S3Uri"] == STACK.entry_s3_uri
+
+
+def test_a_users_own_image_keeps_its_own_entry():
+    request = build("ddp", {**DDP, "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/mine:1"})
+    assert "ContainerEntrypoint" not in request["AlgorithmSpecification"]
+    assert all(c["ChannelName"] != "trainstack_entry" for c in request["InputDataConfig"])
 
 
 def test_profiler_is_disabled_unless_asked_and_retries_and_trials_pass_through():
@@ -122,6 +135,12 @@ def test_profiler_is_disabled_unless_asked_and_retries_and_trials_pass_through()
     assert request["HyperParameters"]["lr"] == "0.001"
 
 
-def test_user_tags_come_first_then_lineage_tags():
+def test_user_tags_come_first_then_the_run_identity_tags():
     keys = [t["Key"] for t in build("smp", {**SMP, "tags": {"team": "ml"}})["Tags"]]
     assert keys == ["team", "trainstack:spec", "trainstack:lineage", "trainstack:strategy"]
+
+
+def test_checkpoints_live_under_the_trials_own_prefix():
+    request = build("ddp")
+    trial = Run("s3://trainstack-trigger/jobs/ddp.yaml#v1").trial()
+    assert request["CheckpointConfig"]["S3Uri"] == f"s3://trainstack-artifacts/{trial.checkpoint_prefix('gpt-small')}"

@@ -10,6 +10,7 @@ import pytest
 from aws_cdk.assertions import Match
 
 from tests.synth import synthesize
+from trainstack.stack_context import FIELDS
 from trainstack_local.definition import render_definition
 
 
@@ -147,6 +148,16 @@ def test_create_may_pass_only_the_execution_role_and_only_to_sagemaker(default_s
     assert "RolesSageMakerExecution" in json.dumps(pass_role["Resource"])
     create = next(s for s in statements if "sagemaker:CreateTrainingJob" in s["Action"])
     assert "training-job/trainstack-*" in json.dumps(create["Resource"])
+
+
+def test_the_stack_outputs_every_value_a_job_context_is_read_back_from(default_stack):
+    assert {spec.output for spec in FIELDS} <= set(default_stack.json["Outputs"])
+
+
+def test_every_function_gets_every_stack_variable_in_its_environment(default_stack):
+    for function in default_stack.resources("AWS::Lambda::Function").values():
+        if function["Properties"].get("Handler", "").startswith("trainstack.handlers."):
+            assert {spec.variable for spec in FIELDS} <= set(function["Properties"]["Environment"]["Variables"])
 
 
 def test_job_name_prefix_follows_the_name_prefix_setting():

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tarfile
+from pathlib import Path
 
 import pytest
 
 from stacks.tarball import write_source_tarball
+from trainstack.entrypoint import ENTRY_FILE
+
+TRAINING = Path(__file__).resolve().parents[2] / "training"
 
 
 @pytest.fixture
@@ -49,3 +54,37 @@ def test_stack_publishes_the_tarball_as_a_file_asset_and_outputs_its_uri(default
     assets = (default_stack.directory / "trainstack.assets.json").read_text()
     assert ".tar.gz" in assets
     assert "SourceS3Uri" in default_stack.json["Outputs"]
+
+
+def test_stack_publishes_the_container_entry_as_a_python_file_asset_and_outputs_its_uri(default_stack):
+    assets = json.loads((default_stack.directory / "trainstack.assets.json").read_text())["files"]
+    entries = [a for a in assets.values() if a["source"]["path"].endswith(".py")]
+    assert len(entries) == 1 and entries[0]["source"]["packaging"] == "file"
+    assert (default_stack.directory / entries[0]["source"]["path"]).read_text() == (TRAINING / ENTRY_FILE).read_text()
+    uri = json.dumps(default_stack.json["Outputs"]["ContainerEntryS3Uri"])
+    (destination,) = entries[0]["destinations"].values()
+    assert destination["objectKey"] in uri
+
+
+def test_the_execution_role_reads_exactly_the_code_tarball_and_the_container_entry_from_the_asset_bucket(default_stack):
+    statements = {
+        statement.get("Sid"): statement
+        for logical_id, policy in default_stack.resources("AWS::IAM::Policy").items()
+        if logical_id.startswith("RolesSageMakerExecution")
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    }
+    assets = json.loads((default_stack.directory / "trainstack.assets.json").read_text())["files"]
+    keys = sorted(
+        next(iter(a["destinations"].values()))["objectKey"]
+        for a in assets.values()
+        if a["source"]["path"].endswith((".py", ".tar.gz"))
+    )
+    read = statements["ReadTrainingCode"]
+    assert read["Action"] == "s3:GetObject" and all(key in json.dumps(read["Resource"]) for key in keys)
+    assert "/*" not in json.dumps(read["Resource"])
+    listing = statements["ListTrainingCode"]
+    assert sorted(listing["Condition"]["StringEquals"]["s3:prefix"]) == keys
+    assert not any(
+        "cdk-hnb659fds-assets" in json.dumps(s.get("Resource")) and "/*" in json.dumps(s.get("Resource"))
+        for s in statements.values()
+    )

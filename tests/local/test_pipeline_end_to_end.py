@@ -4,24 +4,21 @@ real handlers, and training jobs that really run (shared/design/architecture.md)
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import boto3
 import pytest
 import yaml
 
-from stacks.tarball import write_source_tarball
-from trainstack_local.emulator import ACCOUNT, REGION, local_aws
+from trainstack_local.emulator import ACCOUNT, REGION, local_aws, training_files
 from trainstack_local.pipeline import executions, finish, training_jobs, upload_sample_data, wait_for_new_executions
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def job(**overrides) -> dict:
     spec = {
         "name": "e2e",
-        "instance_type": "ml.m5.xlarge",
+        "instance_type": "ml.g5.12xlarge",
         "strategy": "ddp",
         "framework_version": "2.3.0",
         "hyperparameters": {"model": "gpt-tiny", "max_steps": 4, "log_every": 2},
@@ -33,11 +30,10 @@ def job(**overrides) -> dict:
 
 @pytest.fixture
 def pipeline(default_stack, tmp_path):
-    source = write_source_tarball(ROOT / "training", tmp_path / "sourcedir.tar.gz")
-    with local_aws(default_stack.json, tmp_path, source_tarball=source) as (stack, emulator):
+    with local_aws(default_stack.json, tmp_path, files=training_files(tmp_path)) as (stack, twin):
         upload_sample_data(stack)
-        yield stack, emulator
-        emulator.wait()
+        yield stack, twin
+        twin.wait()
 
 
 def put(stack, key: str, body: bytes | dict) -> None:
@@ -108,8 +104,8 @@ def test_a_data_drop_starts_one_run_per_marker_with_its_prefix_as_the_train_chan
     description = boto3.client("sagemaker", region_name=REGION).describe_training_job(
         TrainingJobName=training_job["TrainingJobName"]
     )
-    (channel,) = description["InputDataConfig"]
-    assert channel["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://{stack.trigger_bucket}/datasets/owt/"
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in description["InputDataConfig"]}
+    assert channels["train"] == f"s3://{stack.trigger_bucket}/datasets/owt/"
     assert len(executions(stack)) == 1
 
 
@@ -143,15 +139,14 @@ def test_a_failing_training_job_fails_the_execution_with_its_failure_reason(pipe
     assert message["status"] == "Failed" and "max_step" in message["trials"][0]["reason"]
 
 
-def test_a_job_that_finds_no_capacity_is_created_again_and_resumes(default_stack, tmp_path):
-    source = write_source_tarball(ROOT / "training", tmp_path / "sourcedir.tar.gz")
-    with local_aws(default_stack.json, tmp_path, source_tarball=source, capacity_failures=1) as (stack, emulator):
-        upload_sample_data(stack)
-        put(stack, "jobs/e2e.yaml", job())
-        (execution,) = wait_for_new_executions(stack, known=0)
-        run = finish(execution)
-        emulator.wait()
-        assert run.status == "SUCCEEDED"
-        statuses = {j["TrainingJobName"][-3:]: j["TrainingJobStatus"] for j in training_jobs()}
-        assert statuses == {"-a1": "Completed", **{k: v for k, v in statuses.items() if k != "-a1"}}
-        assert sorted(statuses.values()) == ["Completed", "Failed"]
+def test_a_job_that_finds_no_capacity_is_created_again(pipeline):
+    stack, twin = pipeline
+    twin.refuse_capacity("ml.g5.12xlarge", times=1)
+    put(stack, "jobs/e2e.yaml", job())
+    (execution,) = wait_for_new_executions(stack, known=0)
+    run = finish(execution)
+    twin.wait()
+    assert run.status == "SUCCEEDED"
+    statuses = {j["TrainingJobName"][-3:]: j["TrainingJobStatus"] for j in training_jobs()}
+    assert statuses == {"-a1": "Completed", **{k: v for k, v in statuses.items() if k != "-a1"}}
+    assert sorted(statuses.values()) == ["Completed", "Failed"]

@@ -8,7 +8,8 @@ from botocore.exceptions import ClientError
 
 from trainstack.errors import CapacityUnavailableError, ThrottledError
 from trainstack.handlers.environment import client, environment
-from trainstack.request import build_request, training_job_name, validate_request
+from trainstack.identity import Run
+from trainstack.request import build_request, validate_request
 from trainstack.rules import check_or_raise
 from trainstack.spec import parse_spec
 from trainstack.workflow import next_poll_seconds
@@ -21,11 +22,11 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     spec = parse_spec(event["spec"])
     plan = check_or_raise(spec)
     trial = event["trial"]
-    index = trial["index"] if event["trial_count"] > 1 else None
+    identity = Run(**event["run"]).trial(trial["index"] if event["trial_count"] > 1 else None)
     attempt = event.get("attempt", 0)  # > 0: re-created after a capacity failure, same checkpoints
-    job_name = training_job_name(stack.name_prefix, spec.name, event["lineage"], index, attempt)
-    request = build_request(spec, plan, stack, job_name=job_name, lineage=event["lineage"], trial=trial["hyperparameters"])
+    request = build_request(spec, plan, stack, trial=identity, overrides=trial["hyperparameters"], attempt=attempt)
     validate_request(request)
+    job_name = request["TrainingJobName"]
     created = True
     try:
         client("sagemaker").create_training_job(**request)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trainstack.request import StackContext
+from trainstack.stack_context import StackContext
 from trainstack.workflow import FIRST_POLL_SECONDS, MAX_POLL_SECONDS
 
 
@@ -30,20 +30,9 @@ def lambda_variables(
     max_poll_seconds: int | None = None,
 ) -> dict[str, str]:
     """The functions' environment variables, which `environment()` reads back: one place names
-    them for the stack that writes them, the handlers and the local emulation. The region is left
-    out: Lambda sets AWS_REGION itself."""
-    variables = {
-        "NAME_PREFIX": stack.name_prefix,
-        "EXECUTION_ROLE_ARN": stack.role_arn,
-        "ARTIFACTS_BUCKET": stack.artifacts_bucket,
-        "KEY_ARN": stack.key_arn,
-        "SUBNET_IDS": ",".join(stack.subnet_ids),
-        "SECURITY_GROUP_ID": stack.security_group_ids[0],
-        "SOURCE_S3_URI": stack.source_s3_uri,
-        "INTER_CONTAINER_ENCRYPTION": str(stack.inter_container_encryption).lower(),
-        "TOPIC_ARN": topic_arn,
-        "DEFAULT_SPEC_KEY": default_spec_key or "",
-    }
+    them for the stack that writes them, the handlers and the local twin (the stack's own values
+    are named in `StackContext`'s table). The region is left out: Lambda sets AWS_REGION itself."""
+    variables = {**stack.to_variables(), "TOPIC_ARN": topic_arn, "DEFAULT_SPEC_KEY": default_spec_key or ""}
     # Only the local emulation shortens these; a deployed stack uses the defaults.
     if first_poll_seconds is not None:
         variables["FIRST_POLL_SECONDS"] = str(first_poll_seconds)
@@ -56,17 +45,7 @@ def lambda_variables(
 def environment() -> LambdaEnvironment:
     env = os.environ
     return LambdaEnvironment(
-        stack=StackContext(
-            region=env["AWS_REGION"],
-            role_arn=env["EXECUTION_ROLE_ARN"],
-            artifacts_bucket=env["ARTIFACTS_BUCKET"],
-            key_arn=env["KEY_ARN"],
-            subnet_ids=tuple(env["SUBNET_IDS"].split(",")),
-            security_group_ids=(env["SECURITY_GROUP_ID"],),
-            source_s3_uri=env["SOURCE_S3_URI"],
-            inter_container_encryption=env.get("INTER_CONTAINER_ENCRYPTION") == "true",
-            name_prefix=env["NAME_PREFIX"],
-        ),
+        stack=StackContext.from_variables(env),
         topic_arn=env.get("TOPIC_ARN", ""),
         default_spec_key=env.get("DEFAULT_SPEC_KEY") or None,
         first_poll_seconds=int(env.get("FIRST_POLL_SECONDS", FIRST_POLL_SECONDS)),

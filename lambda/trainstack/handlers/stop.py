@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from trainstack.handlers.environment import client, environment
-from trainstack.request import lineage_digest
+from trainstack.identity import Run
 from trainstack.workflow import trigger_of
 
 
@@ -14,12 +14,12 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     detail = event["detail"]
     trigger = trigger_of(json.loads(detail["input"]), detail["name"], environment().default_spec_key)
     sagemaker = client("sagemaker")
-    digest = lineage_digest(trigger.lineage)
+    run = Run(trigger.lineage)
     stopped = []
-    pages = sagemaker.get_paginator("list_training_jobs").paginate(NameContains=digest, StatusEquals="InProgress")
+    pages = sagemaker.get_paginator("list_training_jobs").paginate(NameContains=run.digest, StatusEquals="InProgress")
     for page in pages:
         for job in page["TrainingJobSummaries"]:
-            if job["TrainingJobName"].startswith(environment().stack.name_prefix + "-"):
+            if run.owns(job["TrainingJobName"], environment().stack.name_prefix):
                 sagemaker.stop_training_job(TrainingJobName=job["TrainingJobName"])
                 stopped.append(job["TrainingJobName"])
     return {"execution": detail.get("executionArn", ""), "stopped": stopped}

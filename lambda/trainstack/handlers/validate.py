@@ -8,6 +8,7 @@ import yaml
 
 from trainstack.errors import SpecInvalidError
 from trainstack.handlers.environment import client, environment
+from trainstack.identity import Run
 from trainstack.rules import SpecRejectedError, check_or_raise
 from trainstack.s3uri import count_objects
 from trainstack.spec import SpecError, parse_spec
@@ -29,7 +30,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     runs = trials(spec)
     return {
         "spec": spec.model_dump(mode="json"),
-        "lineage": trigger.lineage,
+        "run": Run(trigger.lineage, trigger.resume).to_json(),
         "trials": [{"index": index, "hyperparameters": overrides} for index, overrides in enumerate(runs)],
         "trial_count": len(runs),
         "max_concurrency": spec.sweep.max_concurrency if spec.sweep else 1,

@@ -1,0 +1,96 @@
+"""The run identity: what names a run, its trials, their attempts, jobs, checkpoints and tags.
+
+A *run* is one trigger (an uploaded spec's key and version, a data-drop marker, or an execution
+name); its *lineage* string names it. Everything derived from it is deterministic, so a redelivered
+event or a redriven execution finds the jobs it already made instead of making new ones:
+
+- job names `<prefix>-<spec>-<12 hex of the lineage>[-t<trial>][-r<resume>][-a<attempt>]` (the 12
+  hex also let the Stop handler find a run's jobs);
+- each trial's own checkpoint lineage (16 hex), shared by its attempts (re-creations after a capacity
+  failure, SageMaker's retries) so they resume, and never by two trials of a sweep, which would
+  otherwise restore each other's checkpoints;
+- the tags every job carries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from trainstack.layout import CHECKPOINTS_PREFIX
+from trainstack.naming import TRAINING_JOB_NAME_MAX, training_job_name_prefix
+
+JOB_DIGEST_LENGTH = 12
+CHECKPOINT_DIGEST_LENGTH = 16
+RESUME_DIGEST_LENGTH = 6
+TAG_SPEC = "trainstack:spec"
+TAG_LINEAGE = "trainstack:lineage"
+TAG_TRIAL = "trainstack:trial"
+TAG_STRATEGY = "trainstack:strategy"
+
+
+def _digest(text: str, length: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One trigger's run: `lineage` is what the trigger says (see workflow.trigger_of).
+
+    `resume` names a later execution that continues an ended lineage (a start with `resume: true`):
+    its jobs get names of their own and the lineage's checkpoints, so they resume where the stopped
+    or failed jobs left off. Without it, a second execution of a lineage finds the first one's jobs."""
+
+    lineage: str
+    resume: str | None = None
+
+    def to_json(self) -> dict[str, str | None]:
+        """How the state machine carries the run from Validate to Create."""
+        return {"lineage": self.lineage, "resume": self.resume}
+
+    @property
+    def digest(self) -> str:
+        """In every job name of the run: how a run's jobs are found."""
+        return _digest(self.lineage, JOB_DIGEST_LENGTH)
+
+    def trial(self, index: int | None = None) -> Trial:
+        """`index` None: the run is a single job, not a sweep."""
+        return Trial(self, index)
+
+    def owns(self, job_name: str, name_prefix: str) -> bool:
+        """Whether a training job belongs to this run (the Stop handler's test)."""
+        prefix = training_job_name_prefix(name_prefix)
+        return job_name.startswith(prefix) and self.digest in job_name[len(prefix) :].split("-")
+
+
+@dataclass(frozen=True)
+class Trial:
+    run: Run
+    index: int | None
+
+    @property
+    def checkpoint_digest(self) -> str:
+        key = self.run.lineage if self.index is None else f"{self.run.lineage}#trial={self.index}"
+        return _digest(key, CHECKPOINT_DIGEST_LENGTH)
+
+    def job_name(self, name_prefix: str, spec_name: str, attempt: int = 0) -> str:
+        """Deterministic and within the API's 63 characters: the spec name is shortened, never the suffix."""
+        suffix = (
+            self.run.digest
+            + (f"-t{self.index}" if self.index is not None else "")
+            + (f"-r{_digest(self.run.resume, RESUME_DIGEST_LENGTH)}" if self.run.resume else "")
+            + (f"-a{attempt}" if attempt else "")
+        )
+        head = f"{training_job_name_prefix(name_prefix)}{spec_name}"[: TRAINING_JOB_NAME_MAX - len(suffix) - 1].rstrip("-")
+        return f"{head}-{suffix}"
+
+    def checkpoint_prefix(self, spec_name: str) -> str:
+        """Key prefix (in the artifacts bucket) of this trial's checkpoints."""
+        return f"{CHECKPOINTS_PREFIX}{spec_name}/{self.checkpoint_digest}/"
+
+    def tags(self, spec_name: str, strategy: str) -> list[dict[str, str]]:
+        tags = [{"Key": TAG_SPEC, "Value": spec_name}, {"Key": TAG_LINEAGE, "Value": self.checkpoint_digest}]
+        if self.index is not None:
+            tags.append({"Key": TAG_TRIAL, "Value": str(self.index)})
+        tags.append({"Key": TAG_STRATEGY, "Value": strategy})
+        return tags

@@ -1,0 +1,108 @@
+"""What a deployed stack gives every training job, and the one table of where each value travels.
+
+The same values reach the code four ways: the CDK stack publishes them as CloudFormation outputs
+and writes them into the Lambdas' environment; the CLI reads them back from `cdk deploy
+--outputs-file` (or DescribeStacks); the local twin publishes its emulated stack's outputs the same
+way. Each field's output name and environment variable are written once, in `FIELDS`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainstack.naming import DEFAULT_NAME_PREFIX
+
+
+@dataclass(frozen=True)
+class StackContext:
+    """The deployed stack's values a CreateTrainingJob request needs."""
+
+    region: str
+    role_arn: str
+    artifacts_bucket: str
+    key_arn: str
+    subnet_ids: tuple[str, ...]
+    security_group_ids: tuple[str, ...]
+    source_s3_uri: str
+    entry_s3_uri: str = ""  # the container entry (PID 1) that forwards stop signals; "" for none
+    inter_container_encryption: bool = False
+    name_prefix: str = DEFAULT_NAME_PREFIX
+
+    def to_outputs(self) -> dict[str, str]:
+        """CloudFormation output name -> value (values may be CDK tokens at synth time)."""
+        return {spec.output: spec.encode(getattr(self, spec.name)) for spec in FIELDS}
+
+    def to_variables(self) -> dict[str, str]:
+        """The Lambda environment's stack variables (Lambda sets AWS_REGION itself)."""
+        return {spec.variable: spec.encode(getattr(self, spec.name)) for spec in FIELDS}
+
+    @classmethod
+    def from_outputs(cls, outputs: Mapping[str, str], region: str) -> StackContext:
+        """From a stack's outputs; an output missing from an older stack takes the field's default."""
+        return cls._decode(region, {spec.name: outputs.get(spec.output) for spec in FIELDS})
+
+    @classmethod
+    def from_variables(cls, variables: Mapping[str, str]) -> StackContext:
+        return cls._decode(variables["AWS_REGION"], {spec.name: variables.get(spec.variable) for spec in FIELDS})
+
+    @classmethod
+    def from_outputs_file(cls, path: Path, region: str, stack_name: str | None = None) -> StackContext:
+        """Read the file `cdk deploy --outputs-file` writes: {stack name: {output: value}}."""
+        stacks = json.loads(path.read_text())
+        if stack_name is None and len(stacks) != 1:
+            raise ValueError(f"{path} holds the outputs of {', '.join(sorted(stacks))}; name the stack")
+        outputs = stacks[stack_name] if stack_name else next(iter(stacks.values()))
+        return cls.from_outputs(outputs, region)
+
+    @classmethod
+    def _decode(cls, region: str, raw: Mapping[str, str | None]) -> StackContext:
+        values: dict[str, object] = {"region": region}
+        for spec in FIELDS:
+            text = raw[spec.name]
+            if text is None:
+                if spec.required:
+                    raise KeyError(f"stack value {spec.output} ({spec.variable}) is missing")
+                continue
+            values[spec.name] = spec.decode(text)
+        return cls(**values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class _Field:
+    """One StackContext field: its output name, its environment variable, how it is written as text."""
+
+    name: str
+    output: str
+    variable: str
+    kind: str = "text"  # text | list (comma-separated) | flag ("true"/"false")
+    required: bool = True
+
+    def encode(self, value: object) -> str:
+        if self.kind == "list":
+            return ",".join(value)  # type: ignore[arg-type]
+        if self.kind == "flag":
+            return str(value).lower()
+        return str(value)
+
+    def decode(self, text: str) -> object:
+        if self.kind == "list":
+            return tuple(part for part in text.split(",") if part)
+        if self.kind == "flag":
+            return text.strip().lower() == "true"
+        return text
+
+
+FIELDS = (
+    _Field("role_arn", "ExecutionRoleArn", "EXECUTION_ROLE_ARN"),
+    _Field("artifacts_bucket", "ArtifactsBucketName", "ARTIFACTS_BUCKET"),
+    _Field("key_arn", "KeyArn", "KEY_ARN"),
+    _Field("subnet_ids", "TrainingSubnetIds", "SUBNET_IDS", kind="list"),
+    _Field("security_group_ids", "SecurityGroupId", "SECURITY_GROUP_ID", kind="list"),
+    _Field("source_s3_uri", "SourceS3Uri", "SOURCE_S3_URI"),
+    _Field("entry_s3_uri", "ContainerEntryS3Uri", "CONTAINER_ENTRY_S3_URI", required=False),
+    _Field("inter_container_encryption", "InterContainerEncryption", "INTER_CONTAINER_ENCRYPTION", kind="flag", required=False),
+    _Field("name_prefix", "NamePrefix", "NAME_PREFIX", required=False),
+)

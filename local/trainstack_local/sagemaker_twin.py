@@ -1,0 +1,528 @@
+"""The emulated SageMaker training service: jobs run the way SageMaker runs them, on this machine.
+
+For each CreateTrainingJob the twin runs `InstanceCount` hosts (`algo-1` … `algo-N`, see hosts.py),
+each with its own `/opt/ml` tree (hyperparameters, resource and input-data config, channels) and
+its own checkpoint directory. What the twin does the way SageMaker does it:
+
+- channels are downloaded per host before the container starts; `ShardedByS3Key` gives each host
+  every N-th object of the sorted keys (SageMaker promises "about 1/N of the objects");
+- the checkpoint directory of every host is restored from the job's CheckpointConfig S3 prefix
+  (the whole prefix onto every host: a plain string prefix, as SageMaker matches it) and uploaded
+  file by file while the job runs and once more when the container has exited;
+- the container's entry is `AlgorithmSpecification.ContainerEntrypoint` if the request has one,
+  else the image's own entry (the framework images': `bash -m start_with_right_hostname.sh train`),
+  run as PID 1 of the host's PID namespace with the image's environment plus the request's;
+- StopTrainingJob and an injected spot interruption send SIGTERM to every host's PID 1 and SIGKILL
+  after the grace period; a stop ends the job `Stopped`; a spot interruption restarts the whole job
+  on fresh hosts with the checkpoints restored (secondary status `Interrupted`, then `Starting`);
+- a non-zero exit of any host fails the job with that host's `/opt/ml/output/failure`; success
+  uploads `/opt/ml/model` as `<S3OutputPath>/<job>/output/model.tar.gz`;
+- per-region image registries: a request whose image does not exist in its region is refused;
+- capacity: `refuse_capacity(instance_type)` makes jobs on that type fail as SageMaker reports it.
+
+What it does not reproduce is listed in the README ("The SageMaker twin").
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import signal
+import tarfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from trainstack.s3uri import split_s3_uri
+from trainstack.workflow import CAPACITY_FAILURE_MARKERS
+from trainstack_local import container
+from trainstack_local.hosts import Container, JobNetwork, host_names, require_namespaces
+from trainstack_local.registry import ImageRegistry, TwinImage
+
+CAPACITY_FAILURE = f"{CAPACITY_FAILURE_MARKERS[0]}: Unable to provision requested ML compute capacity. Please retry later."
+SUBMIT_DIRECTORY = "sagemaker_submit_directory"
+
+
+@dataclass(frozen=True)
+class TwinSettings:
+    """What this machine needs the twin to do differently from SageMaker, all stated here."""
+
+    gpus_per_host: int = 2  # emulated GPUs per host of a GPU instance type (each a CPU process with gloo)
+    stop_grace_seconds: float = 120.0  # SIGTERM -> SIGKILL, as SageMaker gives a stopping container
+    spot_capacity_wait_seconds: float = 1.0  # how long an interrupted job waits for spot capacity again
+    sync_interval_seconds: float = 0.5  # checkpoint upload period while a job runs
+    threads_per_process: int = 1  # OMP_NUM_THREADS in every container: several hosts share 2 cores
+
+
+@dataclass
+class _Attempt:
+    """One start of the job's hosts; a spot interruption ends it and starts the next."""
+
+    index: int
+    root: Path
+    network: JobNetwork | None = None
+    containers: list[Container] = field(default_factory=list)
+    started: float = 0.0
+    ended: float = 0.0
+    running: threading.Event = field(default_factory=threading.Event)
+
+
+class _Requests:
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.interrupt = threading.Event()
+
+
+class JobRun:
+    """One training job's life, driven in a thread; `job` is moto's record, which DescribeTrainingJob reads."""
+
+    def __init__(self, twin: SageMakerTwin, job: Any, image: TwinImage) -> None:
+        self.twin = twin
+        self.job = job
+        self.image = image
+        self.name: str = job.training_job_name
+        self.root = twin.workdir / self.name
+        self.requests = _Requests()
+        self.attempts: list[_Attempt] = []
+        self.thread = threading.Thread(target=self._run, name=f"twin-{self.name}", daemon=True)
+
+    # -- what the API and tests see ------------------------------------------------------------
+    @property
+    def hosts(self) -> list[str]:
+        return host_names(int(self.job.resource_config["InstanceCount"]))
+
+    def host_root(self, host: str, attempt: int = -1) -> Path:
+        """The host's /opt/ml of an attempt (the latest by default)."""
+        return self.attempts[attempt].root / host / "opt" / "ml"
+
+    def log(self, host: str | None = None) -> str:
+        """Everything the hosts printed, across attempts (what CloudWatch Logs would hold)."""
+        texts = []
+        for attempt in self.attempts:
+            for name in [host] if host else self.hosts:
+                path = attempt.root / f"{name}.log"
+                if path.exists():
+                    texts.append(path.read_text(errors="replace"))
+        return "".join(texts)
+
+    # -- the job's life --------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._status("InProgress", "Starting", "Preparing the instances for training")
+            while True:
+                if self.requests.stop.is_set():
+                    self._end("Stopped", "Stopped", "Training job stopped before it started")
+                    return
+                if self.twin.take_capacity_refusal(self.job.resource_config["InstanceType"]):
+                    self.job.failure_reason = CAPACITY_FAILURE
+                    self._end("Failed", "Failed", CAPACITY_FAILURE)
+                    return
+                attempt = self._start_attempt()
+                outcome = self._watch(attempt)
+                if outcome != "interrupted":
+                    self._finish(attempt, outcome)
+                    return
+                self._status("InProgress", "Interrupted", "Job interrupted: spot capacity was reclaimed")
+                time.sleep(self.twin.settings.spot_capacity_wait_seconds)
+                self._status("InProgress", "Starting", "Launching requested ML instances after a spot interruption")
+        except Exception as error:  # the service fails the job, as SageMaker would; the trace is kept for tests
+            (self.root / "twin-error.txt").write_text(traceback.format_exc())
+            self.job.failure_reason = f"trainstack twin: {type(error).__name__}: {error}"[:1024]
+            self._end("Failed", "Failed", self.job.failure_reason)
+        finally:
+            for attempt in self.attempts:
+                self._teardown(attempt)
+
+    def _start_attempt(self) -> _Attempt:
+        attempt = _Attempt(len(self.attempts), self.root / f"attempt-{len(self.attempts)}")
+        self.attempts.append(attempt)
+        self._status("InProgress", "Downloading", "Downloading input data")
+        attempt.network = network = JobNetwork(self.hosts).create()
+        s3 = self.twin.s3()
+        stage = self.root / "sourcedir.tar.gz"
+        submit = json.loads(self.job.hyper_parameters.get(SUBMIT_DIRECTORY, '""'))
+        if submit.startswith("s3://") and not stage.exists():
+            _download(s3, submit, stage)
+        for host in self.hosts:
+            self._prepare_host(s3, attempt, host, stage if submit.startswith("s3://") else None)
+        self._status("InProgress", "Training", "Training image download completed. Training in progress.")
+        attempt.started = time.monotonic()
+        if self.job.training_start_time is None:
+            self.job.training_start_time = _now()
+        for host in self.hosts:
+            root = attempt.root / host
+            attempt.containers.append(
+                Container(
+                    host=host,
+                    network=network,
+                    root=root / "opt" / "ml",
+                    entry=self._entry(),
+                    environment=self._environment(root),
+                    log_path=attempt.root / f"{host}.log",
+                ).start()
+            )
+        return attempt
+
+    def _prepare_host(self, s3: Any, attempt: _Attempt, host: str, staged_source: Path | None) -> None:
+        root = attempt.root / host
+        opt_ml = root / "opt" / "ml"
+        hyperparameters = dict(self.job.hyper_parameters or {})
+        if staged_source is not None:
+            # The twin's one rewrite: the code tarball is staged here, the toolkit reads it from a path.
+            hyperparameters[SUBMIT_DIRECTORY] = json.dumps(str(staged_source))
+        channels = self.job.input_data_config or []
+        hosts = self.hosts
+        container.write_config(
+            opt_ml,
+            hyperparameters,
+            container.resource_config(hosts, host, self.job.resource_config["InstanceType"], "eth0"),
+            {
+                c["ChannelName"]: container.channel_config(
+                    c.get("InputMode") or self.job.algorithm_specification.get("TrainingInputMode", "File"),
+                    c["DataSource"]["S3DataSource"].get("S3DataDistributionType", "FullyReplicated"),
+                )
+                for c in channels
+            },
+        )
+        for channel in channels:
+            source = channel["DataSource"]["S3DataSource"]
+            if (channel.get("InputMode") or "File") == "Pipe":
+                raise NotImplementedError(f"channel {channel['ChannelName']}: Pipe input mode is not emulated")
+            keys = _keys(s3, source["S3Uri"])
+            if source.get("S3DataDistributionType") == "ShardedByS3Key":
+                keys = keys[hosts.index(host) :: len(hosts)]
+            _download_keys(s3, source["S3Uri"], keys, opt_ml / "input" / "data" / channel["ChannelName"])
+        if self.job.checkpoint_config:
+            local = self._in_container(opt_ml, self.job.checkpoint_config.get("LocalPath") or "/opt/ml/checkpoints")
+            uri = self.job.checkpoint_config["S3Uri"]
+            _download_keys(s3, uri, _keys(s3, uri), local)
+        bin_dir = root / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        gpus = self.twin.gpus(self.job.resource_config["InstanceType"])
+        if gpus:  # what the toolkit counts to choose processes per host (`nvidia-smi --list-gpus`)
+            lines = "".join(f"GPU {index}: Emulated GPU (UUID: GPU-twin-{index})\\n" for index in range(gpus))
+            _executable(bin_dir / "nvidia-smi", f'#!/bin/sh\nprintf "{lines}"\n')
+        for name, text in self.image.programs.items():
+            _executable(bin_dir / name, text)
+
+    def _entry(self) -> list[str]:
+        return list(self.job.algorithm_specification.get("ContainerEntrypoint") or self.image.entry)
+
+    def _environment(self, host_root: Path) -> dict[str, str]:
+        environment = {
+            **self.image.environment,
+            "PATH": f"{host_root / 'bin'}:{self.image.environment.get('PATH', '')}",
+            "OMP_NUM_THREADS": str(self.twin.settings.threads_per_process),
+            "TRAINING_JOB_NAME": self.name,
+            "TRAINING_JOB_ARN": self.job.arn,
+        }
+        environment.update(getattr(self.job, "environment", None) or {})
+        return environment
+
+    def _watch(self, attempt: _Attempt) -> str:
+        """Until every host has exited: 'completed', 'failed', 'stopped' or 'interrupted'."""
+        attempt.running.set()
+        syncer = threading.Thread(target=self._sync_loop, args=(attempt,), daemon=True)
+        syncer.start()
+        deadline = attempt.started + int(self.job.stopping_condition.get("MaxRuntimeInSeconds", 86400))
+        outcome = None
+        while outcome is None:
+            codes = [c.poll() for c in attempt.containers]
+            if self.requests.stop.is_set():
+                self._status("Stopping", "Stopping", "Stopping the training job")
+                self._stop_containers(attempt)
+                outcome = "stopped"
+            elif self.requests.interrupt.is_set():
+                self.requests.interrupt.clear()
+                self._stop_containers(attempt)
+                outcome = "interrupted"
+            elif time.monotonic() > deadline:
+                self._status("Stopping", "MaxRuntimeExceeded", "Training job reached its MaxRuntimeInSeconds")
+                self._stop_containers(attempt)
+                outcome = "stopped"
+            elif any(code not in (None, 0) for code in codes):
+                for other in attempt.containers:  # one failed host ends the job
+                    other.kill()
+                outcome = "failed"
+            elif all(code == 0 for code in codes):
+                outcome = "completed"
+            else:
+                time.sleep(0.1)
+        attempt.ended = time.monotonic()
+        attempt.running.clear()
+        syncer.join()
+        self._sync_checkpoints(attempt)  # the last upload, after the containers are gone
+        return outcome
+
+    def _stop_containers(self, attempt: _Attempt) -> None:
+        """SIGTERM to every host's PID 1, SIGKILL to those still running after the grace period."""
+        for host_container in attempt.containers:
+            host_container.signal_pid1(signal.SIGTERM)
+        deadline = time.monotonic() + self.twin.settings.stop_grace_seconds
+        while time.monotonic() < deadline and any(c.poll() is None for c in attempt.containers):
+            time.sleep(0.1)
+        for host_container in attempt.containers:
+            if host_container.poll() is None:
+                host_container.kill()
+
+    def _finish(self, attempt: _Attempt, outcome: str) -> None:
+        self._collect_metrics()
+        if outcome == "completed":
+            self._status("InProgress", "Uploading", "Uploading generated training model")
+            self._upload_outputs(attempt)
+            self._end("Completed", "Completed", "Training job completed")
+        elif outcome == "stopped":
+            self._upload_outputs(attempt)
+            self._end("Stopped", "Stopped", "Training job stopped")
+        else:
+            self.job.failure_reason = self._failure_reason(attempt)
+            self._end("Failed", "Failed", "Training job failed")
+
+    def _failure_reason(self, attempt: _Attempt) -> str:
+        for host_container in attempt.containers:
+            if host_container.poll() not in (None, 0):
+                failure = host_container.root / "output" / "failure"
+                if failure.exists() and failure.read_text().strip():
+                    return f"AlgorithmError: {failure.read_text().strip()}"[:1024]
+                tail = host_container.log_path.read_text(errors="replace")[-800:] if host_container.log_path.exists() else ""
+                return f"AlgorithmError: {host_container.host} exited with {host_container.poll()}: {tail}"[:1024]
+        return "AlgorithmError: a host was killed"
+
+    def _upload_outputs(self, attempt: _Attempt) -> None:
+        s3 = self.twin.s3()
+        output = self.job.output_data_config["S3OutputPath"].rstrip("/") + f"/{self.name}/output/"
+        model = io.BytesIO()
+        with tarfile.open(fileobj=model, mode="w:gz") as tar:
+            for host_container in attempt.containers:  # every host's /opt/ml/model, later hosts on top
+                directory = host_container.root / "model"
+                for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+                    tar.add(path, arcname=path.relative_to(directory).as_posix())
+        bucket, key = split_s3_uri(output + "model.tar.gz")
+        s3.put_object(Bucket=bucket, Key=key, Body=model.getvalue())
+        self.job.model_artifacts = {"S3ModelArtifacts": output + "model.tar.gz"}
+        tensorboard = self.job.tensor_board_output_config
+        if tensorboard:
+            for host_container in attempt.containers:
+                local = self._in_container(host_container.root, tensorboard.get("LocalPath") or "/opt/ml/output/tensorboard")
+                _upload_tree(s3, local, tensorboard["S3OutputPath"])
+
+    def _collect_metrics(self) -> None:
+        """What SageMaker does with MetricDefinitions: scan the log, keep each metric's last value."""
+        text = self.log()
+        final = []
+        for definition in self.job.algorithm_specification.get("MetricDefinitions") or []:
+            values = re.findall(definition["Regex"], text)
+            if values:
+                try:
+                    final.append({"MetricName": definition["Name"], "Value": float(values[-1]), "Timestamp": _now()})
+                except ValueError:
+                    continue
+        self.job.final_metric_data_list = final
+
+    # -- checkpoints --------------------------------------------------------------------------------
+    def _sync_loop(self, attempt: _Attempt) -> None:
+        while attempt.running.is_set():
+            self._sync_checkpoints(attempt)
+            time.sleep(self.twin.settings.sync_interval_seconds)
+
+    def _sync_checkpoints(self, attempt: _Attempt) -> None:
+        """Upload each host's new or changed checkpoint files to the one S3 prefix (deletions are not
+        propagated: a file pruned on a host stays in S3 and comes back on the next restore)."""
+        if not self.job.checkpoint_config:
+            return
+        s3 = self.twin.s3()
+        uri = self.job.checkpoint_config["S3Uri"]
+        for host_container in attempt.containers:
+            local = self._in_container(host_container.root, self.job.checkpoint_config.get("LocalPath") or "/opt/ml/checkpoints")
+            _upload_tree(s3, local, uri, self.twin.uploaded.setdefault((self.name, host_container.host, attempt.index), {}))
+
+    @staticmethod
+    def _in_container(opt_ml: Path, path: str) -> Path:
+        """A container path under /opt/ml as this machine sees it."""
+        relative = Path(path).relative_to("/opt/ml")
+        return opt_ml / relative
+
+    # -- status --------------------------------------------------------------------------------
+    def _status(self, status: str, secondary: str, message: str) -> None:
+        now = _now()
+        transitions = self.job.secondary_status_transitions
+        if transitions and "EndTime" not in transitions[-1]:
+            transitions[-1]["EndTime"] = now
+        transitions.append({"Status": secondary, "StartTime": now, "StatusMessage": message})
+        self.job.training_job_status, self.job.secondary_status = status, secondary
+        self.job.last_modified_time = now
+
+    def _end(self, status: str, secondary: str, message: str) -> None:
+        self._status(status, secondary, message)
+        self.job.secondary_status_transitions[-1]["EndTime"] = self.job.last_modified_time
+        self.job.training_end_time = self.job.last_modified_time
+        ran = [a.ended - a.started for a in self.attempts if a.started]
+        # Billable: the seconds the hosts ran; training: from the first start to the end, including
+        # the time an interrupted spot job waited (SageMaker's savings = 1 - billable / training).
+        self.job.billable_time_in_seconds = max(1, round(sum(ran))) if ran else 0
+        start = self.job.training_start_time
+        self.job.training_time_in_seconds = max(1, round((self.job.training_end_time - start).total_seconds())) if ran else 0
+
+    def _teardown(self, attempt: _Attempt) -> None:
+        for host_container in attempt.containers:
+            if host_container.poll() is None:
+                host_container.kill()
+        if attempt.network is not None:
+            attempt.network.destroy()
+
+
+class SageMakerTwin:
+    """The emulated training service. moto keeps the job records; the twin makes them true."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        images: ImageRegistry,
+        *,
+        region: str,
+        settings: TwinSettings | None = None,
+        instance_gpus: Callable[[str], int] | None = None,
+    ) -> None:
+        require_namespaces()
+        self.workdir = workdir
+        self.images = images
+        self.region = region
+        self.settings = settings or TwinSettings()
+        self._instance_gpus = instance_gpus or (lambda instance_type: 0)
+        self.runs: dict[str, JobRun] = {}
+        self.uploaded: dict[tuple[str, str, int], dict[str, tuple[int, int]]] = {}
+        self._capacity: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    # -- hooks for tests and local mode ---------------------------------------------------------
+    def refuse_capacity(self, instance_type: str, times: int = 1) -> None:
+        """The next `times` jobs on this type fail for capacity (-1: every one)."""
+        with self._lock:
+            self._capacity[instance_type] = times
+
+    def take_capacity_refusal(self, instance_type: str) -> bool:
+        with self._lock:
+            remaining = self._capacity.get(instance_type, 0)
+            if remaining == 0:
+                return False
+            self._capacity[instance_type] = remaining - 1 if remaining > 0 else remaining
+            return True
+
+    def interrupt(self, job_name: str) -> None:
+        """A spot interruption: SIGTERM to every host, SIGKILL after the grace, then a restart."""
+        self.runs[job_name].requests.interrupt.set()
+
+    def gpus(self, instance_type: str) -> int:
+        real = self._instance_gpus(instance_type)
+        return min(real, self.settings.gpus_per_host) if real else 0
+
+    def s3(self) -> Any:
+        return boto3.client("s3", region_name=self.region)
+
+    # -- the API ----------------------------------------------------------------------------------
+    def check_image(self, image_uri: str) -> TwinImage:
+        """CreateTrainingJob's check: the image must exist in the job's region."""
+        return self.images.resolve(image_uri, self.region)
+
+    def start(self, job: Any, image: TwinImage) -> JobRun:
+        run = JobRun(self, job, image)
+        self.runs[run.name] = run
+        job.secondary_status_transitions = []
+        job.training_start_time = None
+        job.training_end_time = None
+        job.failure_reason = None
+        job.model_artifacts = None
+        job.final_metric_data_list = None
+        run._status("InProgress", "Starting", "Launching requested ML instances")
+        run.thread.start()
+        return run
+
+    def stop(self, job_name: str) -> None:
+        run = self.runs.get(job_name)
+        if run is not None:
+            run.requests.stop.set()
+
+    def wait(self, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        for run in list(self.runs.values()):
+            run.thread.join(max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        for run in list(self.runs.values()):
+            run.requests.stop.set()
+        self.wait(timeout=self.settings.stop_grace_seconds + 30)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"{what} did not happen within {timeout} s")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def _keys(s3: Any, uri: str) -> list[str]:
+    bucket, prefix = split_s3_uri(uri)
+    keys = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys += [item["Key"] for item in page.get("Contents", [])]
+    return sorted(keys)
+
+
+def _download(s3: Any, uri: str, destination: Path) -> None:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    bucket, key = split_s3_uri(uri)
+    s3.download_file(bucket, key, str(destination))
+
+
+def _download_keys(s3: Any, uri: str, keys: list[str], destination: Path) -> None:
+    """Objects under an S3 prefix into a directory: each key without the prefix's folder part
+    (an exact object key keeps its base name), as SageMaker lays out a channel."""
+    bucket, prefix = split_s3_uri(uri)
+    folder = prefix[: prefix.rfind("/") + 1]
+    destination.mkdir(parents=True, exist_ok=True)
+    for key in keys:
+        target = destination / key[len(folder) :]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        s3.download_file(bucket, key, str(target))
+
+
+def _upload_tree(s3: Any, local: Path, uri: str, uploaded: dict[str, tuple[int, int]] | None = None) -> None:
+    """Upload files that are new or changed since the last call (by size and mtime)."""
+    if not local.is_dir():
+        return
+    bucket, prefix = split_s3_uri(uri)
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        relative = path.relative_to(local).as_posix()
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # pruned while we looked
+            continue
+        signature = (stat.st_size, stat.st_mtime_ns)
+        if uploaded is not None and uploaded.get(relative) == signature:
+            continue
+        try:
+            body = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        s3.put_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/{relative}" if prefix else relative, Body=body)
+        if uploaded is not None:
+            uploaded[relative] = signature

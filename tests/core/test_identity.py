@@ -1,0 +1,54 @@
+"""The run identity: deterministic names, one checkpoint lineage per trial, shared by its attempts."""
+
+from __future__ import annotations
+
+from trainstack.identity import Run
+from trainstack.naming import TRAINING_JOB_NAME_PATTERN
+
+UPLOAD = "s3://b/jobs/a.yaml#v1"
+
+
+def test_the_same_trigger_always_names_the_same_job():
+    assert Run(UPLOAD).trial().job_name("trainstack", "gpt") == Run(UPLOAD).trial().job_name("trainstack", "gpt")
+
+
+def test_another_object_version_names_another_job():
+    assert Run(UPLOAD).trial().job_name("trainstack", "gpt") != Run("s3://b/jobs/a.yaml#v2").trial().job_name("trainstack", "gpt")
+
+
+def test_long_names_shorten_the_spec_name_and_keep_every_suffix():
+    name = Run(UPLOAD, resume="exec-2").trial(12).job_name("trainstack-long-prefix", "x" * 32, attempt=3)
+    assert len(name) <= 63 and TRAINING_JOB_NAME_PATTERN.match(name)
+    assert name.startswith("trainstack-long-prefix-x") and name.endswith("-t12-r" + name.split("-r")[-1])
+    assert name.endswith("-a3")
+
+
+def test_each_trial_of_a_sweep_has_its_own_checkpoint_prefix():
+    run = Run(UPLOAD)
+    prefixes = {run.trial(index).checkpoint_prefix("gpt") for index in range(3)}
+    assert len(prefixes) == 3
+    assert run.trial().checkpoint_prefix("gpt") not in prefixes
+
+
+def test_attempts_and_resumes_of_a_trial_share_its_checkpoints_under_other_job_names():
+    original, resumed = Run(UPLOAD).trial(1), Run(UPLOAD, resume="exec-2").trial(1)
+    assert original.checkpoint_prefix("gpt") == resumed.checkpoint_prefix("gpt")
+    names = {original.job_name("p", "gpt"), original.job_name("p", "gpt", attempt=1), resumed.job_name("p", "gpt")}
+    assert len(names) == 3
+
+
+def test_a_run_owns_exactly_the_jobs_named_with_its_digest_and_prefix():
+    run = Run(UPLOAD)
+    assert run.owns(run.trial(0).job_name("trainstack", "gpt", attempt=2), "trainstack")
+    assert not run.owns(run.trial(0).job_name("trainstack", "gpt"), "other")
+    assert not run.owns(Run("s3://b/jobs/b.yaml#v1").trial().job_name("trainstack", "gpt"), "trainstack")
+
+
+def test_trial_tags_name_the_spec_lineage_trial_and_strategy():
+    tags = {t["Key"]: t["Value"] for t in Run(UPLOAD).trial(2).tags("gpt", "fsdp")}
+    assert tags == {
+        "trainstack:spec": "gpt",
+        "trainstack:lineage": Run(UPLOAD).trial(2).checkpoint_digest,
+        "trainstack:trial": "2",
+        "trainstack:strategy": "fsdp",
+    }
