@@ -90,7 +90,7 @@ def checkpoint_cost(model_name: str, micro_batch: int, workdir: Path) -> tuple[f
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         for step in range(1, 6):
-            state = TrainingState(model, optimizer, scheduler, Progress(step=step), context)
+            state = TrainingState(model, optimizer, scheduler, Progress(step=step))
             start = time.perf_counter()
             checkpointer.save(state)
             save_times.append(time.perf_counter() - start)

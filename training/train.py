@@ -6,18 +6,23 @@ Launch commands:
     torchrun --nproc_per_node 2 training/train.py --strategy fsdp --model gpt-tiny --precision bf16 --max_steps 20
     python training/train.py --model mnist-cnn --max_steps 50            # one process, no process group
 
-    # on SageMaker, the framework container runs it with the hyperparameters as --name value
-    # (distribution torch_distributed -> torchrun; smdistributed.dataparallel -> smddp; modelparallel -> smp)
+    # two hosts by hand: the same command on each, node_rank 0 and 1, each with its own checkpoint_dir
+    torchrun --nnodes 2 --node_rank 0 --master_addr HOST0 --master_port 29500 --nproc_per_node 2 training/train.py ...
+    # under Open MPI, as SageMaker's MPI launcher runs it (rank and master from the launcher's variables)
+    mpirun -np 2 python -m mpi4py training/train.py --model gpt-tiny --max_steps 20
 
-Every start resumes from the newest complete checkpoint in --checkpoint_dir (/opt/ml/checkpoints),
-which is how spot restarts and retries continue. SIGTERM saves a checkpoint and exits 0.
-A failure writes its reason to <output_dir>/failure (the job's FailureReason) and exits 1.
+    # on SageMaker, the framework container runs it with the hyperparameters as --name value
+    # (distribution torch_distributed -> torchrun; mpi -> mpirun; smdistributed.dataparallel -> smddp;
+    # modelparallel -> smp)
+
+Every start resumes from the newest checkpoint complete on every host in --checkpoint_dir
+(/opt/ml/checkpoints, one per host), which is how spot restarts and retries continue. SIGTERM saves
+a checkpoint and exits 0. A failure writes its reason to <output_dir>/failure (the job's FailureReason) and exits 1.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -25,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the package beside this script, as in the container
 
 from trainstack_training.config import ConfigError, TrainConfig, parse_config, requested_output_dir
+from trainstack_training.distributed import read_launch
 from trainstack_training.faults import write_failure
 from trainstack_training.trainer import run
 
@@ -45,7 +51,7 @@ def main(argv: list[str]) -> int:
 
 
 def _fail(output_dir: str, reason: str) -> int:
-    rank = os.environ.get("RANK", "0")
+    rank = read_launch().rank  # also before the bootstrap ran, under torchrun or mpirun
     print(f"trainstack: rank {rank}: {reason}", file=sys.stderr, flush=True)
     write_failure(output_dir, f"rank {rank}: {reason}")
     return 1

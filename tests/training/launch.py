@@ -1,12 +1,19 @@
-"""Run the real entry point as SageMaker would: under torchrun, or as one process."""
+"""Run the real entry point as SageMaker would: under torchrun (on one "host" or several), or as one process."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "training" / "train.py"
@@ -47,3 +54,62 @@ def job_args(tmp: Path, *extra: str, steps: int = 12) -> list[str]:
         "--checkpoint_dir", str(tmp / "checkpoints"), "--model_dir", str(tmp / "model"), "--output_dir", str(tmp / "output"),
         *extra,
     ]  # fmt: skip
+
+
+# A constant learning rate after warm-up: a run's first steps then do not depend on max_steps, so a
+# run stopped at step k and resumed to n can be compared step by step with one run of n steps.
+STEADY_LR = ("--min_lr", "1e-3")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_hosts(
+    node_args: Sequence[list[str]], nproc: int, envs: Sequence[dict[str, str]] | None = None
+) -> list[subprocess.CompletedProcess[str]]:
+    """One torchrun per emulated host, all at once on this machine, as SageMaker starts them on
+    algo-1..N: `--nnodes N --node_rank i` against node 0's rendezvous."""
+    port = free_port()
+    processes = []
+    for node, args in enumerate(node_args):
+        launcher = [
+            str(BIN / "torchrun"), "--nnodes", str(len(node_args)), "--node_rank", str(node),
+            "--master_addr", "127.0.0.1", "--master_port", str(port), f"--nproc_per_node={nproc}",
+        ]  # fmt: skip
+        env = envs[node] if envs else environment()
+        processes.append(
+            subprocess.Popen([*launcher, str(TRAIN), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
+    deadline = time.monotonic() + TIMEOUT  # one host failing early leaves the others waiting at a collective
+    results = []
+    try:
+        for process in processes:
+            stdout, stderr = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            results.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                kill_tree(process.pid)
+    return results
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a launcher and every worker: torchrun starts workers in sessions of their own."""
+    root = psutil.Process(pid)
+    processes = [root, *root.children(recursive=True)]
+    for process in processes:
+        process.send_signal(signal.SIGKILL)
+    psutil.wait_procs(processes, timeout=30)
+
+
+def restore_checkpoints(hosts: Sequence[Path], into: Sequence[Path]) -> None:
+    """SageMaker's sync and restore: every host's checkpoint files go to one S3 prefix, and each
+    (re)started host receives the whole prefix (the union; a file every host wrote, such as the
+    manifest, exists once)."""
+    for destination in into:
+        destination.mkdir(parents=True)
+        for source in hosts:
+            shutil.copytree(source, destination, dirs_exist_ok=True)

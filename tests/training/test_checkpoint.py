@@ -1,13 +1,15 @@
-"""Checkpoints: only complete ones are found, the newest wins, and only the last K are kept."""
+"""Checkpoints: only complete ones are found, the newest wins, and only the last K are kept (one process;
+several hosts are in test_multi_host.py)."""
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
 import torch
 
-from trainstack_training.checkpoint import MANIFEST, Checkpointer, Progress, TrainingState, is_complete
+from trainstack_training.checkpoint import MANIFEST, Checkpointer, DataPosition, Progress, TrainingState, problem
 from trainstack_training.distributed import DistContext
 from trainstack_training.models import build_model
 
@@ -26,37 +28,50 @@ def _state(step: int = 0) -> TrainingState:
     model = build_model("gpt-tiny")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-    return TrainingState(model, optimizer, scheduler, Progress(step=step, position=step * 8), SINGLE)
+    progress = Progress(step=step, data_set="4 files sha256:0", data=DataPosition(position=step * 8, readers=1, batch=8))
+    return TrainingState(model, optimizer, scheduler, progress)
 
 
 def test_a_saved_checkpoint_is_complete_and_restores_weights_and_progress(tmp_path):
     checkpointer = Checkpointer(tmp_path, keep=2, context=SINGLE)
     saved = _state(step=7)
     path = checkpointer.save(saved)
-    assert is_complete(path)
+    assert problem(path) is None
     restored = _state(step=0)
-    checkpointer.load(checkpointer.latest(), restored)
-    assert (restored.progress.step, restored.progress.position) == (7, 56)
+    assert checkpointer.load(checkpointer.resume_step(), restored) == path
+    assert restored.progress.step == 7
+    assert restored.progress.every_data_set == {"4 files sha256:0": DataPosition(position=56, readers=1, batch=8)}
     for a, b in zip(saved.model.parameters(), restored.model.parameters(), strict=True):
         assert torch.equal(a, b)
-    assert restored.restored_rng
 
 
 def test_a_checkpoint_without_its_manifest_is_ignored(tmp_path):
     checkpointer = Checkpointer(tmp_path, keep=3, context=SINGLE)
-    good = checkpointer.save(_state(step=5))
+    checkpointer.save(_state(step=5))
     newer = checkpointer.save(_state(step=10))
     (newer / MANIFEST).unlink()  # as if the job died before the manifest was written
-    assert checkpointer.latest() == good
+    assert checkpointer.resume_step() == 5
 
 
 def test_a_checkpoint_with_a_truncated_file_is_ignored(tmp_path):
     checkpointer = Checkpointer(tmp_path, keep=3, context=SINGLE)
-    good = checkpointer.save(_state(step=5))
+    checkpointer.save(_state(step=5))
     newer = checkpointer.save(_state(step=10))
     shard = next(p for p in newer.iterdir() if p.suffix == ".distcp")
     shard.write_bytes(shard.read_bytes()[:100])  # as if S3 restored a partial upload
-    assert checkpointer.latest() == good
+    assert checkpointer.resume_step() == 5
+    assert (
+        problem(newer)
+        == f"wrong size: {shard.name} (100 of {json.loads((newer / MANIFEST).read_text())['files'][shard.name]} bytes)"
+    )
+
+
+def test_a_copy_lacking_a_file_another_host_wrote_is_incomplete(tmp_path):
+    path = Checkpointer(tmp_path, keep=1, context=SINGLE).save(_state(step=3))
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest["files"]["__1_0.distcp"] = 1234  # the other host's shard, which this host's restore lacks
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    assert problem(path) == "missing __1_0.distcp"
 
 
 def test_only_the_last_k_complete_checkpoints_are_kept(tmp_path):
@@ -66,5 +81,23 @@ def test_only_the_last_k_complete_checkpoints_are_kept(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000003", "step_00000004"]
 
 
+def test_pruning_leaves_the_later_steps_of_a_run_a_restart_fell_back_from(tmp_path):
+    checkpointer = Checkpointer(tmp_path, keep=1, context=SINGLE)
+    for step in (2, 4, 6):
+        checkpointer.save(_state(step=step))  # keeps step 6 only
+    (tmp_path / "step_00000006" / MANIFEST).unlink()  # a restart falls back past it ...
+    checkpointer.save(_state(step=5))  # ... and saves an earlier step: 6 is written again later, cleared first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000005", "step_00000006"]
+
+
+def test_a_leftover_of_the_same_step_is_cleared_before_saving(tmp_path):
+    stale = tmp_path / "step_00000004" / "__9_0.distcp"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"from an interrupted run with more ranks")
+    path = Checkpointer(tmp_path, keep=1, context=SINGLE).save(_state(step=4))
+    assert not stale.exists()
+    assert "__9_0.distcp" not in json.loads((path / MANIFEST).read_text())["files"]
+
+
 def test_no_checkpoint_means_a_fresh_start(tmp_path):
-    assert Checkpointer(tmp_path / "missing", keep=1, context=SINGLE).latest() is None
+    assert Checkpointer(tmp_path / "missing", keep=1, context=SINGLE).resume_step() is None

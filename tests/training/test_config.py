@@ -80,3 +80,27 @@ def test_config_is_logged_as_one_json_object():
 def test_smp_parameters_arrive_as_json_or_as_the_toolkit_renders_them(text):
     config = parse_config(["--strategy", "smp", "--mp_parameters", text], {})
     assert config.smp_parameters == {"hybrid_shard_degree": 2, "sm_activation_offloading": True}
+
+
+SHARDED = {"train": {"TrainingInputMode": "File", "S3DistributionType": "ShardedByS3Key"}}
+
+
+def test_data_distribution_is_the_train_channels_as_the_toolkit_passes_it():
+    environ = {"SM_INPUT_DATA_CONFIG": json.dumps(SHARDED), "SM_CHANNEL_TRAIN": "/opt/ml/input/data/train"}
+    assert parse_config([], environ).data_distribution == "ShardedByS3Key"
+
+
+def test_data_distribution_is_read_from_inputdataconfig_json_without_the_toolkit(tmp_path):
+    (tmp_path / "inputdataconfig.json").write_text(json.dumps(SHARDED))
+    environ = {"SM_INPUT_CONFIG_DIR": str(tmp_path)}
+    assert parse_config(["--data_dir", "/opt/ml/input/data/train/"], environ).data_distribution == "ShardedByS3Key"
+
+
+def test_a_data_dir_that_is_no_channel_is_fully_replicated():
+    environ = {"SM_INPUT_DATA_CONFIG": json.dumps(SHARDED), "SM_CHANNEL_TRAIN": "/opt/ml/input/data/train"}
+    assert parse_config(["--data_dir", "/fsx/corpus"], environ).data_distribution == "FullyReplicated"
+
+
+def test_an_unknown_data_distribution_is_refused():
+    with pytest.raises(ConfigError, match="'data_distribution' = 'Sharded'"):
+        parse_config(["--data_distribution", "Sharded"], {})

@@ -9,11 +9,10 @@ import signal
 import subprocess
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 
-from tests.training.launch import ROOT, TIMEOUT, command, environment, job_args, losses, run
+from tests.training.launch import ROOT, STEADY_LR, TIMEOUT, command, environment, job_args, kill_tree, losses, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(TIMEOUT + 60)]
 
@@ -51,15 +50,6 @@ def test_fsdp2_bf16_with_activation_checkpointing_trains(tmp_path, ddp_two_ranks
     assert bf16 == pytest.approx(ddp_two_ranks, abs=0.05)
 
 
-def _kill_tree(pid: int) -> None:
-    """SIGKILL torchrun and every worker: torchrun starts workers in sessions of their own."""
-    root = psutil.Process(pid)
-    processes = [root, *root.children(recursive=True)]
-    for process in processes:
-        process.send_signal(signal.SIGKILL)
-    psutil.wait_procs(processes, timeout=30)
-
-
 def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(model_dir / "model.pt", weights_only=True)
 
@@ -76,7 +66,7 @@ def test_a_sigkilled_run_restarted_with_the_same_command_ends_with_the_same_weig
     )
     for line in process.stdout:
         if line.startswith("step=12 "):
-            _kill_tree(process.pid)  # no handler runs anywhere: like a reclaimed instance
+            kill_tree(process.pid)  # no handler runs anywhere: like a reclaimed instance
             break
     process.wait(timeout=60)
     assert not (interrupted / "model" / "model.pt").exists()
@@ -125,13 +115,30 @@ def test_sigterm_to_every_rank_of_a_torchrun_job_leaves_one_complete_checkpoint(
     assert {"__0_0.distcp", "__1_0.distcp"} <= set(manifest["files"])
 
 
-def test_resuming_with_a_different_data_parallel_degree_keeps_the_data_position(tmp_path):
-    first = run(job_args(tmp_path, "--checkpoint_every", "4", steps=4), nproc=2)
+# The same global batch of 8 either way: two ranks, or one rank accumulating two micro-batches.
+TWO_RANKS, ONE_RANK = (2, ()), (0, ("--grad_accum", "2"))
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "message"),
+    [
+        (TWO_RANKS, ONE_RANK, "data-parallel degree changed from 2 to 1: continuing at example 32"),
+        (ONE_RANK, TWO_RANKS, "data-parallel degree changed from 1 to 2: continuing at example 32"),
+    ],
+    ids=["2-to-1", "1-to-2"],
+)
+def test_resuming_with_another_data_parallel_degree_continues_at_the_exact_example(
+    tmp_path, reference_losses, before, after, message
+):
+    (nproc_before, extra_before), (nproc_after, extra_after) = before, after
+    first = run(job_args(tmp_path, *STEADY_LR, *extra_before, "--checkpoint_every", "4", steps=4), nproc=nproc_before)
     assert first.returncode == 0, first.stderr[-3000:]
-    second = run(job_args(tmp_path, "--checkpoint_every", "4", steps=8), nproc=0)
+    second = run(job_args(tmp_path, *STEADY_LR, *extra_after, "--checkpoint_every", "4", steps=8), nproc=nproc_after)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "data-parallel degree changed from 2 to 1: continuing at example 32" in second.stderr
-    assert sorted(losses(second.stdout)) == [5, 6, 7, 8]
+    assert message in second.stderr
+    resumed = losses(second.stdout)
+    assert sorted(resumed) == [5, 6, 7, 8]
+    assert [resumed[step] for step in resumed] == pytest.approx([reference_losses[step] for step in resumed], abs=2e-4)
 
 
 def test_a_failure_writes_its_reason_for_sagemaker_and_exits_nonzero(tmp_path):

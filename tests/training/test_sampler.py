@@ -1,8 +1,14 @@
-"""The data plan: which examples each rank reads is a pure function of one global position."""
+"""The data plan: which examples each rank reads is a pure function of one position in one data set."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 from trainstack_training.data.sampler import EpochShuffle, ShardPlan, micro_batch_indices
+from trainstack_training.data.tokens import TokenShards, data_set_name
+
+SAMPLE_TOKENS = Path(__file__).resolve().parents[2] / "training" / "sample_data" / "tokens"
 
 
 def _step_examples(world_size: int, grad_accum: int, micro_batch: int, position: int, shuffle: EpochShuffle) -> list[int]:
@@ -42,3 +48,17 @@ def test_every_example_is_seen_once_per_epoch_in_a_seeded_order():
     assert sorted(epoch) == list(range(50))
     assert [EpochShuffle(50, seed=3)(p) for p in range(50)] == epoch
     assert [shuffle(p) for p in range(50, 100)] != epoch
+
+
+def test_markers_and_spec_files_beside_the_shards_are_not_data(tmp_path):
+    shards = sorted(SAMPLE_TOKENS.glob("*.bin"))[:2]
+    for shard in shards:
+        shutil.copy(shard, tmp_path / shard.name)
+    (tmp_path / "_SUCCESS").write_text("")
+    (tmp_path / "job.yaml").write_text("model: gpt-tiny\n")
+    with_markers = TokenShards(tmp_path, seq_len=64, vocab_size=256)
+    (tmp_path / "_SUCCESS").unlink()
+    (tmp_path / "job.yaml").unlink()
+    without = TokenShards(tmp_path, seq_len=64, vocab_size=256)
+    assert (with_markers.name, len(with_markers)) == (without.name, len(without)) == (data_set_name(shards), len(without))
+    assert with_markers.name.startswith("2 files")

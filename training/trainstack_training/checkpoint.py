@@ -1,21 +1,35 @@
-"""Sharded checkpoints with torch.distributed.checkpoint (DCP), found on resume only when complete.
+"""Sharded checkpoints with torch.distributed.checkpoint (DCP), one protocol on one host or many.
 
 Layout: `<checkpoint_dir>/step_00000100/` holds DCP's files and, written last and atomically,
-`manifest.json` naming every file with its size. A checkpoint counts only if its manifest exists
-and every listed file is present with that size. Why a manifest rather than a directory rename:
-SageMaker syncs `/opt/ml/checkpoints` to S3 file by file in no guaranteed order and restores it the
-same way, so a half-uploaded checkpoint can come back after a spot interruption; the manifest
-check rejects it, and the previous complete checkpoint is used instead.
+`manifest.json` naming every file of every rank with its size. A checkpoint counts only if its
+manifest exists and every listed file is present with that size. Why a manifest rather than a
+directory rename: SageMaker syncs `/opt/ml/checkpoints` to S3 file by file in no guaranteed order
+and restores it the same way, so a half-uploaded checkpoint can come back after a spot
+interruption; the manifest check rejects it, and the previous complete checkpoint is used instead.
+
+On several hosts each has its own `/opt/ml/checkpoints`, all synced to one S3 prefix, and a
+(re)start restores the whole prefix onto every host. During a run a host's copy of a step holds
+only its own ranks' files (DCP writes `__<rank>_0.distcp` per rank and `.metadata` from rank 0), so
+completeness can only be judged, after a restore, against a manifest that covers every rank:
+- save: on every node, local rank 0 clears a leftover of the same step and creates the directory;
+  every rank writes its files; each node's local rank 0 lists what its node wrote, the lists are
+  gathered, and each writes their union as the manifest into its own copy. Every copy carries the
+  same manifest, so the synced prefix holds one manifest covering every rank.
+- resume: each node's local rank 0 reports which steps are complete in its own copy; rank 0 takes
+  the newest step complete on every host and broadcasts it. A host with a partial restore makes
+  the whole job fall back to the previous complete checkpoint, and every rank loads the same step.
+- prune: each node's local rank 0 keeps the last `keep` checkpoints of its own copy.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,25 +39,46 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
-from trainstack_training.distributed import DistContext, barrier
+from trainstack_training.distributed import DistContext, all_gather, barrier, from_main
 
+log = logging.getLogger("trainstack")
 MANIFEST = "manifest.json"
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 ZERO1_OPTIMIZER = "zero1_optimizer.pt"
 
 
 @dataclass
+class DataPosition:
+    """A place in one data set: examples consumed from it, and how each step read it."""
+
+    position: int = 0
+    readers: int = 1  # ranks that split each step's examples
+    batch: int = 0  # examples read from it per step
+
+
+@dataclass
 class Progress:
-    """Where the run is: optimizer steps taken and examples consumed by the whole job."""
+    """Where the run is: optimizer steps taken, and this node's place in the data set it reads.
+
+    `data_set` names that data set by its files. With FullyReplicated data every host reads the same
+    one; with ShardedByS3Key each node reads its own, so the checkpoint keeps every node's place,
+    keyed by data set: a node given the same shard set after a restart continues where that set
+    stopped, whichever node it is now.
+    """
 
     step: int = 0
-    position: int = 0
-    world_size: int = 1
-    global_batch: int = 0
+    data_set: str = ""
+    data: DataPosition = field(default_factory=DataPosition)
+    every_data_set: dict[str, DataPosition] = field(default_factory=dict)  # every node's, as last saved or loaded
 
 
 class TrainingState(Stateful):
-    """Model, optimizer, scheduler, progress and per-rank RNG as one DCP state dict."""
+    """Model, optimizer, scheduler and progress as one DCP state dict.
+
+    No generator state is saved: each step seeds its generators from (seed, step, rank) (see
+    `distributed.seed_step`), so nothing in a checkpoint belongs to one rank and any number of
+    ranks can resume it.
+    """
 
     def __init__(
         self,
@@ -51,7 +86,6 @@ class TrainingState(Stateful):
         optimizer: torch.optim.Optimizer,
         scheduler: Any,
         progress: Progress,
-        context: DistContext,
         *,
         optimizer_in_dcp: bool = True,
     ) -> None:
@@ -59,22 +93,21 @@ class TrainingState(Stateful):
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.progress = progress
-        self.context = context
         self.optimizer_in_dcp = optimizer_in_dcp
-        self.restored_rng = False
 
     def state_dict(self) -> dict[str, Any]:
         if self.optimizer_in_dcp:
             model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
         else:
             model_state, optimizer_state = get_state_dict(self.model, [])[0], {}
+        # Data positions travel as one JSON string: the same value on every rank (DCP keeps one copy),
+        # and a load need not know in advance which data sets the checkpoint holds.
+        every_data_set = {name: asdict(position) for name, position in self.progress.every_data_set.items()}
         return {
             "model": model_state,
             "optimizer": optimizer_state,
             "scheduler": self.scheduler.state_dict(),
-            "progress": asdict(self.progress),
-            # Keyed by rank: plain tensors with one key would be deduplicated to rank 0's copy.
-            f"rng_rank{self.context.rank}": torch.get_rng_state(),
+            "progress": {"step": self.progress.step, "data": json.dumps(every_data_set, sort_keys=True)},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -83,12 +116,9 @@ class TrainingState(Stateful):
         else:
             set_state_dict(self.model, [], model_state_dict=state["model"], optim_state_dict={})
         self.scheduler.load_state_dict(state["scheduler"])
-        for key, value in state["progress"].items():
-            setattr(self.progress, key, value)
-        rng = state.get(f"rng_rank{self.context.rank}")
-        if rng is not None:
-            torch.set_rng_state(rng)
-            self.restored_rng = True
+        self.progress.step = state["progress"]["step"]
+        saved = json.loads(state["progress"]["data"])
+        self.progress.every_data_set = {name: DataPosition(**position) for name, position in saved.items()}
 
 
 class Checkpointer:
@@ -97,64 +127,126 @@ class Checkpointer:
         self.keep = keep
         self.context = context
 
-    def latest(self) -> Path | None:
-        """The newest complete checkpoint, or None."""
-        if not self.directory.is_dir():
-            return None
-        for path in sorted(self._step_dirs(), reverse=True):
-            if is_complete(path):
-                return path
-        return None
+    def path(self, step: int) -> Path:
+        return self.directory / f"step_{step:08d}"
+
+    def resume_step(self) -> int | None:
+        """The newest step complete on every host (None: start afresh), the same on every rank."""
+        report = self._report() if self.context.is_node_main else None
+        reports = [r for r in all_gather(report, self.context) if r is not None]
+        return from_main(_choose(reports) if self.context.is_main else None, self.context)
+
+    def load(self, step: int, state: TrainingState, zero1_optimizer: torch.optim.Optimizer | None = None) -> Path:
+        path = self.path(step)
+        dcp.load({"training": state}, checkpoint_id=str(path))
+        if zero1_optimizer is not None:
+            zero1_optimizer.load_state_dict(torch.load(path / ZERO1_OPTIMIZER, weights_only=False))
+        return path
 
     def save(self, state: TrainingState, zero1_optimizer: torch.optim.Optimizer | None = None) -> Path:
-        path = self.directory / f"step_{state.progress.step:08d}"
-        if self.context.is_main:
-            if path.exists():  # an incomplete leftover of the same step from an interrupted run
-                shutil.rmtree(path)
-            path.mkdir(parents=True)
+        progress = state.progress
+        progress.every_data_set = dict(all_gather((progress.data_set, progress.data), self.context))
+        path = self.path(progress.step)
+        if self.context.is_node_main:
+            # A leftover of this step from an interrupted run would mix old files into the new checkpoint.
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir(parents=True, exist_ok=True)
         barrier(self.context)
         dcp.save({"training": state}, checkpoint_id=str(path))
         if zero1_optimizer is not None:
             _save_zero1(zero1_optimizer, path, self.context)
-        barrier(self.context)
-        if self.context.is_main:
-            write_manifest(path)
-            self._prune()
+        barrier(self.context)  # every rank's files are written before any node lists them
+        files: dict[str, int] = {}
+        for listing in all_gather(_listing(path) if self.context.is_node_main else {}, self.context):
+            files.update(listing)
+        if self.context.is_node_main:
+            write_manifest(path, files, self.context.node_rank)
+            self._prune(progress.step)
         barrier(self.context)
         return path
 
-    def load(self, path: Path, state: TrainingState, zero1_optimizer: torch.optim.Optimizer | None = None) -> None:
-        dcp.load({"training": state}, checkpoint_id=str(path))
-        if zero1_optimizer is not None:
-            zero1_optimizer.load_state_dict(torch.load(path / ZERO1_OPTIMIZER, weights_only=False))
+    def _step_dirs(self) -> list[tuple[int, Path]]:
+        if not self.directory.is_dir():
+            return []
+        return sorted((int(m[1]), p) for p in self.directory.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name)))
 
-    def _step_dirs(self) -> list[Path]:
-        return [p for p in self.directory.iterdir() if p.is_dir() and STEP_DIR.match(p.name)]
+    def _report(self) -> dict[str, Any]:
+        """What this host holds: the steps complete in its copy, and why the others are not."""
+        complete, problems = [], {}
+        for step, path in self._step_dirs():
+            reason = problem(path)
+            if reason is None:
+                complete.append(step)
+            else:
+                problems[step] = reason
+        return {"host": self.context.host, "node": self.context.node_rank, "complete": complete, "problems": problems}
 
-    def _prune(self) -> None:
-        complete = sorted(p for p in self._step_dirs() if is_complete(p))
-        for stale in complete[: -self.keep]:
-            shutil.rmtree(stale, ignore_errors=True)
+    def _prune(self, newest: int) -> None:
+        """Keep the last `keep` finished saves up to `newest`; remove anything older, finished or not.
+
+        A host's copy is never complete on its own during a run (it holds its own ranks' files), so
+        a manifest, written only after every rank wrote, marks a finished save. Steps after
+        `newest` (left by a run that got further before a restart fell back past them) stay: this
+        run writes them again, clearing each first.
+        """
+        finished = [step for step, path in self._step_dirs() if step <= newest and (path / MANIFEST).is_file()]
+        oldest_kept = finished[-self.keep :][0]
+        for step, path in self._step_dirs():
+            if step < oldest_kept:
+                shutil.rmtree(path, ignore_errors=True)
 
 
-def write_manifest(path: Path) -> None:
-    files = {
-        p.relative_to(path).as_posix(): p.stat().st_size for p in sorted(path.rglob("*")) if p.is_file() and p.name != MANIFEST
+def _choose(reports: list[dict[str, Any]]) -> int | None:
+    """Rank 0's decision: the newest step every host reported complete; says why newer ones were passed over."""
+    common = set.intersection(*(set(report["complete"]) for report in reports))
+    chosen = max(common, default=None)
+    seen = set().union(*(set(report["complete"]) | set(report["problems"]) for report in reports))
+    for step in sorted(s for s in seen if chosen is None or s > chosen):
+        for report in reports:
+            if step not in report["complete"]:
+                reason = report["problems"].get(step, "not on this host at all")
+                log.warning("step_%08d is incomplete on host %s (node %d): %s", step, report["host"], report["node"], reason)
+    if chosen is not None:
+        log.info("resuming from step_%08d, the newest checkpoint complete on every host (%d)", chosen, len(reports))
+    elif seen:
+        log.warning("no checkpoint is complete on every host: starting from step 0")
+    return chosen
+
+
+def _listing(path: Path) -> dict[str, int]:
+    """Every file this node wrote into the step directory, with its size (not manifests)."""
+    return {
+        p.relative_to(path).as_posix(): p.stat().st_size
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and not p.name.startswith((MANIFEST, f".{MANIFEST}"))
     }
-    temporary = path / f".{MANIFEST}.tmp"
+
+
+def write_manifest(path: Path, files: dict[str, int], node: int) -> None:
+    """Written last and atomically; the temporary name is per node in case hosts share one directory."""
+    temporary = path / f".{MANIFEST}.{node}.tmp"
     temporary.write_text(json.dumps({"files": files}, indent=1, sort_keys=True))
     os.replace(temporary, path / MANIFEST)
 
 
-def is_complete(path: Path) -> bool:
+def problem(path: Path) -> str | None:
+    """Why this copy of a checkpoint is not complete, or None when it is."""
     manifest = path / MANIFEST
     if not manifest.is_file():
-        return False
+        return f"no {MANIFEST} (the save did not finish, or it was not restored)"
     try:
         files = json.loads(manifest.read_text())["files"]
     except (ValueError, KeyError):
-        return False
-    return all((path / name).is_file() and (path / name).stat().st_size == size for name, size in files.items())
+        return f"{MANIFEST} is unreadable"
+    missing = sorted(name for name in files if not (path / name).is_file())
+    if missing:
+        return f"missing {', '.join(missing)}"
+    wrong = sorted(
+        f"{name} ({(path / name).stat().st_size} of {size} bytes)"
+        for name, size in files.items()
+        if (path / name).stat().st_size != size
+    )
+    return f"wrong size: {', '.join(wrong)}" if wrong else None
 
 
 def _save_zero1(optimizer: torch.optim.Optimizer, path: Path, context: DistContext) -> None:

@@ -13,9 +13,12 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 
 STRATEGIES = ("ddp", "smddp", "smp", "fsdp")
 PRECISIONS = ("fp32", "bf16", "fp16")
+# A channel's S3DistributionType: every host gets every object, or each host about 1/N of them.
+DATA_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 
 
 class ConfigError(ValueError):
@@ -57,12 +60,16 @@ class TrainConfig:
     checkpoint_dir: str = "/opt/ml/checkpoints"
     model_dir: str = field(default_factory=lambda: os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
     data_dir: str = field(default_factory=lambda: os.environ.get("SM_CHANNEL_TRAIN", ""))
+    # From the toolkit's input data config for data_dir's channel (parse_config); ShardedByS3Key
+    # also suits any data_dir that holds different files on each node.
+    data_distribution: str = "FullyReplicated"
     output_dir: str = field(default_factory=lambda: os.environ.get("SM_OUTPUT_DIR", "/opt/ml/output"))
     tensorboard_dir: str = ""
 
     def __post_init__(self) -> None:
         _one_of("strategy", self.strategy, STRATEGIES)
         _one_of("precision", self.precision, PRECISIONS)
+        _one_of("data_distribution", self.data_distribution, DATA_DISTRIBUTIONS)
         for name in ("max_steps", "micro_batch_size", "grad_accum", "log_every", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"hyperparameter '{name}' = {getattr(self, name)}: must be at least 1")
@@ -116,6 +123,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         raw[_canonical(name)] = value if isinstance(value, str) else json.dumps(value)
     raw.update(_arguments(argv))
     raw.setdefault("strategy", default_strategy(environ))
+    raw.setdefault("data_distribution", channel_distribution(raw.get("data_dir", environ.get("SM_CHANNEL_TRAIN", "")), environ))
     known = {f.name: f for f in fields(TrainConfig)}
     values: dict[str, typing.Any] = {}
     for name, text in raw.items():
@@ -143,6 +151,25 @@ def default_strategy(environ: Mapping[str, str]) -> str:
     if framework.get("sagemaker_distributed_dataparallel_enabled") in (True, "true"):
         return "smddp"
     return "ddp"
+
+
+def channel_distribution(data_dir: str, environ: Mapping[str, str]) -> str:
+    """The S3DistributionType of the SageMaker channel whose folder data_dir is.
+
+    The toolkit passes the input data config as `SM_INPUT_DATA_CONFIG` and each channel's folder as
+    `SM_CHANNEL_<NAME>`; without the toolkit they are `inputdataconfig.json` and
+    `/opt/ml/input/data/<name>`. A data_dir that is no channel (or the shipped sample data) is the
+    same on every host.
+    """
+    text = environ.get("SM_INPUT_DATA_CONFIG")
+    if text is None:
+        path = Path(environ.get("SM_INPUT_CONFIG_DIR", "/opt/ml/input/config")) / "inputdataconfig.json"
+        text = path.read_text() if path.is_file() else "{}"
+    for name, channel in json.loads(text or "{}").items():
+        folder = environ.get(f"SM_CHANNEL_{name.upper()}", f"/opt/ml/input/data/{name}")
+        if data_dir and os.path.normpath(folder) == os.path.normpath(data_dir):
+            return channel.get("S3DistributionType", "FullyReplicated")
+    return "FullyReplicated"
 
 
 def _canonical(name: str) -> str:

@@ -1,14 +1,28 @@
 """One distributed bootstrap: every rank-dependent decision lives here.
 
-Works under torchrun (RANK/WORLD_SIZE/LOCAL_RANK), under the SageMaker toolkit's launchers (which
-set the same variables), and as a single plain process (world size 1, no process group needed).
+Three ways a process is started, one context out:
+- torchrun (what the SageMaker toolkit runs for torch_distributed and SMP): `RANK`, `WORLD_SIZE`,
+  `LOCAL_RANK`, `LOCAL_WORLD_SIZE`; `MASTER_ADDR`/`MASTER_PORT` name its rendezvous store.
+- mpirun (the toolkit's MPI launcher, `distribution={"mpi": ...}`, and SMDDP's): Open MPI's
+  `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `OMPI_COMM_WORLD_LOCAL_RANK`,
+  `OMPI_COMM_WORLD_LOCAL_SIZE`. The master is `MASTER_ADDR` when the PyTorch toolkit set it, else
+  the first host of `SM_HOSTS` (the toolkit's master host); the port `MASTER_PORT`, else 7777.
+- one plain process: world size 1, no process group.
+
+Ranks are numbered node by node (torchrun does so; the toolkit's mpirun maps `-map-by slot`), so a
+rank's node is `rank // local_world_size`. Each host has its own `/opt/ml/checkpoints`, so one
+process per node (local rank 0) acts for the node's directory.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -17,6 +31,60 @@ from trainstack_training import sagemaker_libraries
 
 # A failed collective can otherwise hang a job until SageMaker's max runtime bills it out.
 COLLECTIVE_TIMEOUT = timedelta(minutes=int(os.environ.get("TRAINSTACK_COLLECTIVE_TIMEOUT_MIN", "30")))
+TOOLKIT_MASTER_PORT = "7777"  # what sagemaker-pytorch-training exports as MASTER_PORT
+
+
+@dataclass(frozen=True)
+class Launch:
+    """This process's place in the job, as its launcher described it."""
+
+    launcher: str  # "torchrun", "mpirun" or "none"
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+
+
+def read_launch(environ: Mapping[str, str] | None = None) -> Launch:
+    """torchrun's variables when present (they describe the worker even when torchrun itself was
+    started by mpirun), else Open MPI's, else a single process."""
+    environ = os.environ if environ is None else environ
+    if "RANK" in environ:
+        world_size = int(environ.get("WORLD_SIZE", "1"))
+        return Launch(
+            "torchrun",
+            int(environ["RANK"]),
+            int(environ.get("LOCAL_RANK", "0")),
+            world_size,
+            int(environ.get("LOCAL_WORLD_SIZE", str(world_size))),
+        )
+    if "OMPI_COMM_WORLD_RANK" in environ:
+        return Launch(
+            "mpirun",
+            int(environ["OMPI_COMM_WORLD_RANK"]),
+            int(environ["OMPI_COMM_WORLD_LOCAL_RANK"]),
+            int(environ["OMPI_COMM_WORLD_SIZE"]),
+            int(environ["OMPI_COMM_WORLD_LOCAL_SIZE"]),
+        )
+    return Launch("none", 0, 0, 1, 1)
+
+
+def mpi_rendezvous(launch: Launch, environ: Mapping[str, str]) -> dict[str, str]:
+    """The torchrun-style variables an mpirun-started rank exports, so that `init_process_group`'s
+    env:// and everything else that reads them (SMDDP, SMP) sees one launcher contract."""
+    address = environ.get("MASTER_ADDR") or next(iter(json.loads(environ.get("SM_HOSTS", "[]") or "[]")), "")
+    if not address:
+        if launch.world_size > launch.local_world_size:
+            raise RuntimeError("mpirun across hosts needs MASTER_ADDR or SM_HOSTS to find the master host")
+        address = "127.0.0.1"  # one host: the master is this one
+    return {
+        "RANK": str(launch.rank),
+        "LOCAL_RANK": str(launch.local_rank),
+        "WORLD_SIZE": str(launch.world_size),
+        "LOCAL_WORLD_SIZE": str(launch.local_world_size),
+        "MASTER_ADDR": address,
+        "MASTER_PORT": environ.get("MASTER_PORT", TOOLKIT_MASTER_PORT),
+    }
 
 
 @dataclass(frozen=True)
@@ -26,23 +94,45 @@ class DistContext:
     world_size: int
     device: torch.device
     backend: str
+    local_world_size: int = 1
+    host: str = "localhost"  # SageMaker's host name (algo-N) where known; for logs
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
     @property
+    def is_node_main(self) -> bool:
+        """The one process per node that acts for the node's own checkpoint directory."""
+        return self.local_rank == 0
+
+    @property
+    def node_rank(self) -> int:
+        return self.rank // self.local_world_size
+
+    @property
+    def node_name(self) -> str:
+        """How logs name this node: each host logs to its own stream, so say which one this is."""
+        return f"node {self.node_rank} ({self.host})"
+
+    @property
     def is_distributed(self) -> bool:
         return self.world_size > 1
+
+    def data_split(self, per_node: bool) -> tuple[int, int]:
+        """This rank's index among the ranks that read one data set together, and their number: the
+        whole job for a data set every host holds, the node's ranks when each node has its own
+        (ShardedByS3Key)."""
+        return (self.local_rank, self.local_world_size) if per_node else (self.rank, self.world_size)
 
 
 def init_distributed(strategy: str) -> DistContext:
     """Initialize the process group the strategy needs and pick this rank's device."""
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    launch = read_launch()
+    if launch.launcher == "mpirun":
+        os.environ.update(mpi_rendezvous(launch, os.environ))
     if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)
+        device = torch.device("cuda", launch.local_rank)
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
@@ -53,12 +143,27 @@ def init_distributed(strategy: str) -> DistContext:
         backend = "smddp"
     else:
         backend = "nccl" if device.type == "cuda" else "gloo"
-    if world_size > 1 and not dist.is_initialized():
+    if launch.world_size > 1 and not dist.is_initialized():
         dist.init_process_group(backend=backend, timeout=COLLECTIVE_TIMEOUT)
     if strategy == "smp":
         # After the default process group: tsm.init() reads mp_parameters and builds SMP's own groups.
         sagemaker_libraries.import_smp().init()
-    return DistContext(rank=rank, local_rank=local_rank, world_size=world_size, device=device, backend=backend)
+    return DistContext(
+        rank=launch.rank,
+        local_rank=launch.local_rank,
+        world_size=launch.world_size,
+        device=device,
+        backend=backend,
+        local_world_size=launch.local_world_size,
+        host=os.environ.get("SM_CURRENT_HOST") or socket.gethostname(),
+    )
+
+
+def seed_step(seed: int, step: int, context: DistContext) -> None:
+    """Seed every generator for one optimizer step from (seed, step, rank) rather than saving
+    per-rank generator states: a restart repeats the same draws, and a checkpoint does not depend
+    on how many ranks wrote it."""
+    torch.manual_seed(((seed * 1_000_003 + step) * 65_537 + context.rank) % 2**63)
 
 
 def all_reduce_mean(value: torch.Tensor, context: DistContext) -> torch.Tensor:
@@ -76,6 +181,24 @@ def any_rank(flag: bool, context: DistContext) -> bool:
     tensor = torch.tensor([1.0 if flag else 0.0], device=context.device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return bool(tensor.item())
+
+
+def all_gather(value: Any, context: DistContext) -> list[Any]:
+    """Every rank's (picklable) value, in rank order, on every rank."""
+    if not context.is_distributed:
+        return [value]
+    gathered: list[Any] = [None] * context.world_size
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def from_main(value: Any, context: DistContext) -> Any:
+    """Rank 0's value on every rank: a decision taken once, so no two ranks can decide differently."""
+    if not context.is_distributed:
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
 
 
 def barrier(context: DistContext) -> None:

@@ -24,8 +24,8 @@ def import_smddp() -> ModuleType:
     except ImportError as error:
         raise MissingSageMakerLibraryError(
             "strategy 'smddp' needs the SageMaker distributed data parallel library "
-            f"({SMDDP_MODULE}), which ships only in the SageMaker PyTorch training DLC "
-            "(763104351884.dkr.ecr.<region>.amazonaws.com/pytorch-training:<version>-gpu-py311) on "
+            f"({SMDDP_MODULE}), which ships only in the SageMaker PyTorch training DLC for PyTorch 2.2.0 or older "
+            "(pytorch-training; `trainstack render` names the image for the job's region) on "
             "ml.p3.16xlarge, ml.p3dn.24xlarge, ml.p4d.24xlarge or ml.p4de.24xlarge; elsewhere use strategy 'ddp' or 'fsdp'"
         ) from error
 
@@ -36,6 +36,6 @@ def import_smp() -> ModuleType:
     except ImportError as error:
         raise MissingSageMakerLibraryError(
             "strategy 'smp' needs SageMaker model parallel v2 (torch.sagemaker), which ships only in the SMP image "
-            "(658645717510.dkr.ecr.<region>.amazonaws.com/smdistributed-modelparallel:<version>-gpu-py311-cu121); "
+            "(smdistributed-modelparallel; `trainstack render` names the image for the job's region); "
             "the plain PyTorch DLC does not have it. Elsewhere use strategy 'fsdp'"
         ) from error

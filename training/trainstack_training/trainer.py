@@ -14,11 +14,11 @@ import torch
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from trainstack_training import distributed
-from trainstack_training.checkpoint import Checkpointer, Progress, TrainingState, export_model
+from trainstack_training.checkpoint import Checkpointer, DataPosition, Progress, TrainingState, export_model
 from trainstack_training.config import TrainConfig
 from trainstack_training.data.images import ImageSet
 from trainstack_training.data.sampler import EpochShuffle, ShardPlan, micro_batch_indices
-from trainstack_training.data.tokens import TokenShards
+from trainstack_training.data.tokens import DataError, TokenShards
 from trainstack_training.faults import StopRequest
 from trainstack_training.metrics import TensorBoardSink, Throughput, format_line, peak_flops
 from trainstack_training.models import GPT_SIZES, build_model, is_language_model
@@ -45,7 +45,8 @@ def _train(config: TrainConfig, context: distributed.DistContext) -> str:
     torch.manual_seed(config.seed)  # the same initial weights on every rank
     language_model = is_language_model(config.model)
     seq_len = config.seq_len or (GPT_SIZES[config.model].block_size if language_model else 0)
-    dataset = _open_dataset(config, seq_len)
+    per_node = config.data_distribution == "ShardedByS3Key"
+    dataset = _open_dataset(config, seq_len, per_node)
     model = build_model(config.model)
     flops_per_token = model.flops_per_token(seq_len) if language_model else None
 
@@ -56,21 +57,30 @@ def _train(config: TrainConfig, context: distributed.DistContext) -> str:
     scaler = grad_scaler(config.precision, context.device, sharded=parallel.shards_optimizer_state)
     casts_itself = parallel.shards_optimizer_state  # FSDP casts through its mixed-precision policy
 
-    plan = ShardPlan(context.rank, context.world_size, config.micro_batch_size, config.grad_accum)
-    progress = Progress(world_size=context.world_size, global_batch=plan.global_batch)
-    state = TrainingState(parallel.module, optimizer, scheduler, progress, context, optimizer_in_dcp=not zero1)
+    # With ShardedByS3Key each node reads its own shard set, split over its own ranks only.
+    reader, readers = context.data_split(per_node)
+    plan = ShardPlan(reader, readers, config.micro_batch_size, config.grad_accum)
+    if reader == 0:
+        log.info(
+            "%s: data set %s, %d examples, ranks reading it: %d (%s)",
+            context.node_name, dataset.name, len(dataset), readers, config.data_distribution,
+        )  # fmt: skip
+    progress = Progress(data_set=dataset.name, data=DataPosition(readers=readers, batch=plan.global_batch))
+    state = TrainingState(parallel.module, optimizer, scheduler, progress, optimizer_in_dcp=not zero1)
     checkpointer = Checkpointer(config.checkpoint_dir, config.keep_checkpoints, context)
-    _resume(checkpointer, state, optimizer if zero1 else None, plan, context)
+    _resume(checkpointer, state, optimizer if zero1 else None, context, leads_data_set=reader == 0)
 
     shuffle = EpochShuffle(len(dataset), config.seed)
     stop = StopRequest().install()
     throughput = Throughput(flops_per_token, peak_flops(context.device, config.precision), context.world_size)
+    job_batch = config.micro_batch_size * config.grad_accum * context.world_size  # examples per step, all nodes
     tensorboard = TensorBoardSink(config.tensorboard_dir) if config.tensorboard_dir and context.is_main else None
     parallel.module.train()
     while progress.step < config.max_steps:
+        distributed.seed_step(config.seed, progress.step, context)
         loss = torch.zeros((), device=context.device)
         for micro_step in range(config.grad_accum):
-            inputs, targets = dataset.batch(micro_batch_indices(plan, shuffle, progress.position, micro_step))
+            inputs, targets = dataset.batch(micro_batch_indices(plan, shuffle, progress.data.position, micro_step))
             inputs, targets = inputs.to(context.device), targets.to(context.device)
             last = micro_step == config.grad_accum - 1
             with (
@@ -83,8 +93,8 @@ def _train(config: TrainConfig, context: distributed.DistContext) -> str:
         grad_norm = _step(parallel.module, optimizer, scaler, config.grad_clip)
         scheduler.step()
         progress.step += 1
-        progress.position += plan.global_batch
-        throughput.add(plan.global_batch * (seq_len or 1))
+        progress.data.position += plan.global_batch
+        throughput.add(job_batch * (seq_len or 1))
 
         if progress.step % config.log_every == 0 or progress.step == config.max_steps:
             mean_loss = distributed.all_reduce_mean(loss, context).item()
@@ -115,11 +125,21 @@ def _train(config: TrainConfig, context: distributed.DistContext) -> str:
     return "completed"
 
 
-def _open_dataset(config: TrainConfig, seq_len: int) -> TokenShards | ImageSet:
-    if is_language_model(config.model):
-        directory = Path(config.data_dir) if config.data_dir else SAMPLE_DATA / "tokens"
+def _open_dataset(config: TrainConfig, seq_len: int, per_node: bool) -> TokenShards | ImageSet:
+    if not is_language_model(config.model):
+        if per_node:
+            raise DataError("ShardedByS3Key would split images.npy from labels.npy: give the image channel FullyReplicated")
+        return ImageSet(Path(config.data_dir) if config.data_dir else SAMPLE_DATA / "digits")
+    directory = Path(config.data_dir) if config.data_dir else SAMPLE_DATA / "tokens"
+    try:
         return TokenShards(directory, seq_len, GPT_SIZES[config.model].vocab_size)
-    return ImageSet(Path(config.data_dir) if config.data_dir else SAMPLE_DATA / "digits")
+    except DataError as error:
+        if not per_node:
+            raise
+        raise DataError(
+            f"{error}; with ShardedByS3Key each host receives about 1/N of the channel's objects, markers included: "
+            "give the channel several token shards per host"
+        ) from error
 
 
 def _optimizer(module: torch.nn.Module, config: TrainConfig, zero1: bool) -> torch.optim.Optimizer:
@@ -161,26 +181,37 @@ def _step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any
     return float(norm)
 
 
-def _resume(checkpointer: Checkpointer, state: TrainingState, zero1_optimizer: Any, plan: ShardPlan, context: Any) -> None:
-    latest = checkpointer.latest()
-    if latest is None:
+def _resume(
+    checkpointer: Checkpointer, state: TrainingState, zero1_optimizer: Any, context: distributed.DistContext, leads_data_set: bool
+) -> None:
+    """Load the step every host agreed on, then continue this node's data set where it stopped."""
+    step = checkpointer.resume_step()
+    if step is None:
         return
-    checkpointer.load(latest, state, zero1_optimizer)
-    saved_world, saved_batch = state.progress.world_size, state.progress.global_batch
-    if context.is_main:
-        log.info("resumed from %s at step %d, example position %d", latest, state.progress.step, state.progress.position)
-        if saved_world != context.world_size:
-            # The position counts examples for the whole job, so the data is re-split over the
-            # new ranks from exactly where it stopped; nothing is skipped or repeated.
+    path = checkpointer.load(step, state, zero1_optimizer)
+    progress, current = state.progress, state.progress.data
+    saved = progress.every_data_set.get(progress.data_set)
+    if context.is_node_main:
+        position = saved.position if saved else 0
+        log.info("%s: resumed from %s at step %d, example position %d", context.node_name, path, progress.step, position)
+    if saved is None:
+        if leads_data_set:
+            log.warning(
+                "%s: data set %s is new to this checkpoint (it holds %s): reading it from its start",
+                context.node_name, progress.data_set, ", ".join(sorted(progress.every_data_set)) or "none",
+            )  # fmt: skip
+        return
+    if leads_data_set:
+        if saved.readers != current.readers:
+            # The position counts examples of the data set, not per rank, so its ranks re-split each
+            # step's examples from exactly where it stopped; nothing is skipped or repeated.
             log.warning(
                 "data-parallel degree changed from %d to %d: continuing at example %d with the global batch re-split",
-                saved_world,
-                context.world_size,
-                state.progress.position,
-            )
-        if saved_batch != plan.global_batch:
-            log.warning("global batch changed from %d to %d examples per step", saved_batch, plan.global_batch)
-    state.progress.world_size, state.progress.global_batch = context.world_size, plan.global_batch
+                saved.readers, current.readers, saved.position,
+            )  # fmt: skip
+        if saved.batch != current.batch:
+            log.warning("global batch changed from %d to %d examples per step", saved.batch, current.batch)
+    current.position = saved.position
 
 
 def _describe(config: TrainConfig, seq_len: int) -> dict[str, Any]:

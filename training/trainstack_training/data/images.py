@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainstack_training.data.tokens import DataError
+from trainstack_training.data.tokens import DataError, data_set_name
 
 
 class ImageSet:
@@ -15,6 +15,7 @@ class ImageSet:
         images, labels = Path(directory) / "images.npy", Path(directory) / "labels.npy"
         if not images.exists() or not labels.exists():
             raise DataError(f"{directory} needs images.npy and labels.npy (see training/prepare_data.py digits)")
+        self.name = data_set_name([images, labels])
         self._images = np.load(images, mmap_mode="r")
         self._labels = np.load(labels, mmap_mode="r")
         if self._images.shape[1:] != (28, 28) or len(self._images) != len(self._labels):

@@ -1,13 +1,16 @@
 """Token shards: flat arrays of token ids in `<name>.<dtype>.bin` files, memory-mapped.
 
 The dtype travels in the file name, not in a side file, so each shard describes itself even when
-SageMaker's ShardedByS3Key hands a node only some of the objects. A training example is a window
-of `seq_len + 1` tokens inside one shard (inputs and next-token targets).
+SageMaker's ShardedByS3Key hands a node only some of the objects. Only files named like a shard are
+data: markers and spec files that arrive in the same channel (`_SUCCESS`, `job.yaml`) are not. A
+training example is a window of `seq_len + 1` tokens inside one shard (inputs and next-token targets).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +33,13 @@ def write_shard(tokens: np.ndarray, directory: Path, stem: str) -> Path:
     return path
 
 
+def data_set_name(paths: Sequence[Path]) -> str:
+    """Names a data set by its files' names and sizes: the same files give the same name on any host
+    and after any restart, so a node given the same shard set again is recognised (nothing is read)."""
+    listing = "".join(f"{p.name}\0{p.stat().st_size}\n" for p in sorted(paths, key=lambda p: p.name))
+    return f"{len(paths)} files sha256:{hashlib.sha256(listing.encode()).hexdigest()[:16]}"
+
+
 class TokenShards:
     """Fixed-length next-token examples over every shard in a directory."""
 
@@ -38,6 +48,7 @@ class TokenShards:
         if not paths:
             raise DataError(f"no token shards (*.uint8.bin, *.uint16.bin, *.uint32.bin) in {directory}")
         self.seq_len = seq_len
+        self.name = data_set_name(paths)
         self._shards = [np.memmap(p, dtype=SHARD_PATTERN.match(p.name)["dtype"], mode="r") for p in paths]
         self._counts = [max(0, (len(s) - 1) // seq_len) for s in self._shards]
         self._starts = np.cumsum([0, *self._counts])
