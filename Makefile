@@ -5,15 +5,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CHECKOV_VENV := .venv-checkov
 CHECKOV_VERSION := 3.3.30
+SDK_VENV := .venv-sdk
 CDK := npx --no-install cdk
 STACK ?= trainstack
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_EC2_METADATA_DISABLED := true
 export CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
-.PHONY: setup synth lint test test-fast cost local bench-train bench-lambda image clean
+.PHONY: setup synth lint test test-fast cost local bench-train bench-lambda image clean facts
 
-setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed ## venv + pinned deps + npm ci (idempotent)
+setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed $(SDK_VENV)/.installed ## venv + pinned deps + npm ci (idempotent)
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,20 @@ $(CHECKOV_VENV)/.installed:
 	$(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/pip install --quiet checkov==$(CHECKOV_VERSION)
 	touch $@
+
+# The SageMaker SDK is the source of the framework facts at build time only (tools/facts); its
+# heavy dependencies pin their own versions, so it lives in a venv of its own.
+$(SDK_VENV)/.installed: tools/facts/requirements.txt tools/facts/sdk3.txt tools/facts/sources.txt
+	$(PYTHON) -m venv $(SDK_VENV)
+	$(SDK_VENV)/bin/pip install --quiet -r tools/facts/requirements.txt
+	rm -rf $(SDK_VENV)/sdk3 $(SDK_VENV)/sources
+	$(SDK_VENV)/bin/pip install --quiet --no-deps --target $(SDK_VENV)/sdk3 -r tools/facts/sdk3.txt
+	$(SDK_VENV)/bin/pip download --quiet --no-deps -d $(SDK_VENV)/sources -r tools/facts/sources.txt
+	touch $@
+
+facts: setup ## regenerate lambda/trainstack/facts.json from the pinned SDK, then the README's support matrix
+	$(SDK_VENV)/bin/python -m tools.facts.generate
+	$(PY) -m tools.facts.readme
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -39,10 +54,21 @@ lint: synth ## ruff, cfn-lint and checkov over the synthesized template
 	$(VENV)/bin/cfn-lint cdk.out/$(STACK).template.json || test $$? -eq 4  # 4: warnings only (W3005 in CDK's own handlers)
 	$(CHECKOV) -f cdk.out/$(STACK).template.json --framework cloudformation --skip-download --compact --quiet
 
-test: setup ## install, then run every test (ruff included)
+test: setup system-packages ## install, then run every test (ruff included)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest
+
+.PHONY: system-packages
+# The SageMaker toolkit's MPI launcher needs Open MPI and sshd (its MasterRunner starts /usr/sbin/sshd),
+# as the framework images have them; the tests run it for real. apt only when missing, and only as root.
+system-packages: ## Debian's openmpi-bin and openssh-server, when missing
+	@if command -v mpirun >/dev/null && test -x /usr/sbin/sshd; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openmpi-bin openssh-server; \
+	else \
+		echo "mpirun or /usr/sbin/sshd missing: sudo apt-get install -y --no-install-recommends openmpi-bin openssh-server" >&2; exit 1; \
+	fi
 
 cost: synth ## the monthly idle cost of the synthesized stack, from tools/prices.json
 	$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json
@@ -61,9 +87,12 @@ bench-train: setup ## our entry point vs a bare PyTorch loop (tokens/s, medians)
 bench-lambda: setup ## Lambda cold import vs import boto3 (medians), and the transitions a 24-hour job costs
 	$(PY) tools/bench_lambda.py
 
-image: ## build the training images (needs a Docker engine; not part of CI)
-	docker build -f training/Dockerfile -t trainstack-training:latest training
-	docker build -f training/Dockerfile.smp -t trainstack-training-smp:latest training
+SPEC ?= examples/gpt-small.yaml
+REGION ?= us-east-1
+image: setup ## build training/Dockerfile on the framework image SPEC's job uses in REGION (needs a Docker engine; not part of CI)
+	base=$$($(VENV)/bin/trainstack render $(SPEC) --region $(REGION) --json \
+		| $(PY) -c 'import json, sys; print(json.load(sys.stdin)["AlgorithmSpecification"]["TrainingImage"])') \
+	&& docker build -f training/Dockerfile --build-arg BASE_IMAGE=$$base -t trainstack-training:latest training
 
 clean:
 	rm -rf cdk.out build .pytest_cache .ruff_cache

@@ -9,9 +9,12 @@ from constructs import Construct
 
 
 class TrainingImage(Construct):
-    """Exposes `asset` (its `repository` and `image_uri`)."""
+    """Exposes `asset` (its `repository` and `image_uri`). `base_image` is the framework image the
+    Dockerfile builds on (its `BASE_IMAGE`), which must be the one of the stack's region."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, source_dir: Path, dockerfile: str = "Dockerfile") -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, source_dir: Path, base_image: str, dockerfile: str = "Dockerfile"
+    ) -> None:
         super().__init__(scope, construct_id)
         if not (source_dir / dockerfile).is_file():
             raise FileNotFoundError(f"{source_dir / dockerfile} is missing; build_training_image needs it")
@@ -20,6 +23,7 @@ class TrainingImage(Construct):
             "Asset",
             directory=str(source_dir),
             file=dockerfile,
+            build_args={"BASE_IMAGE": base_image},
             platform=ecr_assets.Platform.LINUX_AMD64,
             exclude=["**/__pycache__", "**/*.pyc"],
         )

@@ -3,7 +3,7 @@ join it when the pipeline exists, each scoped the same way: grants on objects, n
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Stack
+from aws_cdk import ArnFormat, CfnMapping, Fn, Stack
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -11,7 +11,7 @@ from constructs import Construct
 from stacks.compliance import acknowledge, nag_resource, skip_checkov
 from stacks.source_bundle import TrainingSource
 from stacks.storage import TrainingStorage
-from trainstack.images import FRAMEWORK_REPOSITORIES
+from trainstack import facts
 from trainstack.layout import DATASETS_PREFIX, JOB_WRITABLE_PREFIXES
 
 # What SageMaker needs to attach a job's network interfaces in VPC mode; these calls do not
@@ -70,15 +70,17 @@ class TrainingRoles(Construct):
             image_repository.grant_pull(role)
 
         role.add_to_policy(
+            iam.PolicyStatement(sid="PullFrameworkImages", actions=IMAGE_PULL_ACTIONS, resources=framework_repository_arns(self))
+        )
+        # SageMaker encrypts an EBS-backed job's volume with VolumeKmsKeyId by creating a grant on
+        # the key for the role; only AWS services may use the grant (CDK's SageMakerCreateTrainingJob
+        # grants kms:CreateGrant on the volume key too).
+        role.add_to_policy(
             iam.PolicyStatement(
-                sid="PullFrameworkImages",
-                actions=IMAGE_PULL_ACTIONS,
-                resources=[
-                    Stack.of(self).format_arn(
-                        service="ecr", account=repository.account, resource="repository", resource_name=repository.name
-                    )
-                    for repository in FRAMEWORK_REPOSITORIES
-                ],
+                sid="VolumeKeyGrants",
+                actions=["kms:CreateGrant"],
+                resources=[storage.key.key_arn],
+                conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
             )
         )
         unscoped = [
@@ -145,3 +147,25 @@ class TrainingRoles(Construct):
                 "VPC-mode ENI calls and cloudwatch:PutMetricData support only resource '*'; PutMetricData is namespace-limited.",
             ),
         )
+
+
+def framework_repository_arns(scope: Construct) -> list[str]:
+    """The framework image repositories (DLC, SMP, Neuron) of the stack's region, from the facts
+    file: the accounts differ by region and partition. An environment-agnostic stack looks its
+    region up in a CloudFormation mapping of every region the facts list (a region without framework
+    images fails the deploy by name); an explicit region gets the literal ARNs."""
+    mapping = CfnMapping(
+        scope,
+        "FrameworkImageRepositories",
+        lazy=True,
+        mapping={
+            region: {
+                "arns": ",".join(
+                    f"arn:{partition}:ecr:{region}:{account}:repository/{repository}"
+                    for account, repository in facts.repositories(region)
+                )
+            }
+            for region, partition in facts.load().regions.items()
+        },
+    )
+    return Fn.split(",", mapping.find_in_map(Stack.of(scope).region, "arns"))

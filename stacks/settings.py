@@ -155,6 +155,12 @@ class StackSettings:
                 None,
                 "set account and region together, or neither for an environment-agnostic stack",
             )
+        if self.build_training_image and self.region is None:
+            raise SettingsError(
+                "build_training_image",
+                True,
+                "the image builds on the framework image of the stack's region; set account and region",
+            )
         if self.environment_agnostic and self.subnet_count > 2:
             raise SettingsError(
                 "subnet_count",

@@ -17,6 +17,7 @@ from stacks.roles import TrainingRoles
 from stacks.settings import StackSettings
 from stacks.source_bundle import TrainingSource
 from stacks.storage import TrainingStorage
+from trainstack.images import default_base_image
 
 # Deploy-time singleton handlers that CDK adds for features we use: S3 EventBridge notifications,
 # AwsCustomResource (the S3 prefix-list lookup) and the default security group lockdown.
@@ -58,7 +59,11 @@ class TrainingStack(Stack):
             inter_container_encryption=settings.inter_container_encryption,
             removal_policy=removal,
         )
-        self.image = TrainingImage(self, "TrainingImage", source_dir=TRAINING_DIR) if settings.build_training_image else None
+        self.image = (
+            TrainingImage(self, "TrainingImage", source_dir=TRAINING_DIR, base_image=default_base_image(settings.region))
+            if settings.build_training_image and settings.region
+            else None
+        )
         self.roles = TrainingRoles(
             self,
             "Roles",

@@ -9,34 +9,27 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from trainstack import images
 from trainstack.entrypoint import ENTRY_CHANNEL, INPUT_DATA_ROOT, container_entrypoint
 from trainstack.identity import Trial
-from trainstack.images import PYTORCH_TRAINING, SMP_TRAINING
 from trainstack.instances import efa_environment
+from trainstack.launchers import launcher_hyperparameters
 from trainstack.layout import MODELS_PREFIX, TENSORBOARD_PREFIX
 from trainstack.metric_definitions import metric_definitions
 from trainstack.naming import TRAINING_JOB_NAME_PATTERN
-from trainstack.rules import Plan
+from trainstack.rules import MAX_ENVIRONMENT, Plan
 from trainstack.spec import JobSpec
 from trainstack.stack_context import StackContext
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
 CODE_CHANNEL = "code"
-# CUDA suffix of the SMP v2 image per PyTorch version (from the SageMaker SDK's image config).
-SMP_CUDA = {"2.0.1": "cu121", "2.1.2": "cu121", "2.2.0": "cu121", "2.3.1": "cu121", "2.4.1": "cu121", "2.5.1": "cu124"}
 
 
 def image_uri(spec: JobSpec, plan: Plan, region: str) -> str:
     if spec.image:
         return spec.image
-    if plan.strategy == "smp":
-        cuda = SMP_CUDA.get(spec.framework_version, "cu121")
-        tag = f"{spec.framework_version}-gpu-{spec.py_version}-{cuda}"
-        return f"{SMP_TRAINING.account}.dkr.ecr.{region}.amazonaws.com/{SMP_TRAINING.name}:{tag}"
-    device = "gpu" if plan.instance.accelerators else "cpu"
-    tag = f"{spec.framework_version}-{device}-{spec.py_version}"
-    return f"{PYTORCH_TRAINING.account}.dkr.ecr.{region}.amazonaws.com/{PYTORCH_TRAINING.name}:{tag}"
+    return images.image_uri(plan.image_kind, plan.framework_version, plan.py_version, region, plan.instance)
 
 
 def script_mode_hyperparameters(
@@ -57,17 +50,8 @@ def script_mode_hyperparameters(
         sagemaker_region=json.dumps(stack.region),
         sagemaker_container_log_level="20",
         sagemaker_job_name=json.dumps(job_name),
-        sagemaker_instance_type=json.dumps(spec.instance_type),
     )
-    if plan.strategy == "smddp":
-        encoded.update(
-            sagemaker_distributed_dataparallel_enabled="true", sagemaker_distributed_dataparallel_custom_mpi_options='""'
-        )
-    else:
-        encoded["sagemaker_torch_distributed_enabled"] = "true"
-    if plan.strategy == "smp":
-        encoded["sagemaker_distributed_dataparallel_enabled"] = "false"
-        encoded["mp_parameters"] = json.dumps(plan.smp_parameters)
+    encoded.update(launcher_hyperparameters(plan.distribution, spec.instance_type))
     return encoded
 
 
@@ -169,6 +153,8 @@ def validate_request(request: dict[str, Any]) -> None:
     hyperparameters = request.get("HyperParameters", {})
     if len(hyperparameters) > 100:
         problems.append(f"{len(hyperparameters)} hyperparameters; the limit is 100")
+    if len(request.get("Environment", {})) > MAX_ENVIRONMENT:
+        problems.append(f"{len(request['Environment'])} environment variables; the limit is {MAX_ENVIRONMENT}")
     problems += [f"hyperparameter {k!r} is not a string" for k, v in hyperparameters.items() if not isinstance(v, str)]
     too_long = [k for k, v in hyperparameters.items() if len(k) > 256 or (isinstance(v, str) and len(v) > 2500)]
     problems += [f"hyperparameter {k!r} is longer than the API allows (key 256, value 2500)" for k in too_long]

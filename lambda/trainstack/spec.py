@@ -68,8 +68,10 @@ class JobSpec(_Strict):
     name: str = Field(min_length=1, max_length=32, description="prefix of the training job name")
     entry_point: str = "train.py"
     source_dir: str | None = Field(default=None, description="s3:// URI of a sourcedir.tar.gz; default: the stack's training/")
-    framework_version: str = "2.3.0"
-    py_version: str = "py311"
+    framework_version: str | None = Field(
+        default=None, description='PyTorch version or the SDK\'s alias ("2.1"); default: the newest the strategy supports'
+    )
+    py_version: str | None = Field(default=None, description="default: the Python the framework image is built with")
     image: str | None = Field(default=None, description="a full image URI instead of the framework image")
     instance_type: str
     instance_count: int = Field(default=1, ge=1, le=512)
@@ -94,6 +96,13 @@ class JobSpec(_Strict):
     _durations = field_validator("warm_pool", "max_runtime", mode="before")(
         lambda cls, v: None if v is None else parse_duration(v)
     )
+
+    @field_validator("framework_version", mode="before")
+    @classmethod
+    def _quoted_version(cls, value: Any) -> Any:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            raise ValueError(f'quote it ("{value}"): YAML reads an unquoted version as a number, and 2.10 as 2.1')
+        return value
 
     @field_validator("name")
     @classmethod

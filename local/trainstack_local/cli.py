@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from trainstack import images
 from trainstack.identity import Run
 from trainstack.request import build_request, validate_request
 from trainstack.rules import SpecRejectedError, check_or_raise
@@ -60,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
             command.add_argument("--outputs", type=Path, help="cdk deploy --outputs-file JSON with the stack's values")
             command.add_argument("--region", default="us-east-1")
             command.add_argument("--lineage", help="what the job name derives from (default: the spec's path)")
+        else:
+            command.add_argument("--region", help="also check that the framework image exists in this region")
     commands.add_parser("schema")
     args = parser.parse_args(argv)
 
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         spec = load_spec(args.spec.read_text(), str(args.spec))
-        plan = check_or_raise(spec, s3_object_counter() if args.check_s3 else None)
+        plan = check_or_raise(spec, s3_object_counter() if args.check_s3 else None, args.region)
     except (SpecError, SpecRejectedError) as error:
         problems = error.problems
         for problem in problems:
@@ -79,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{args.spec}: valid ({plan.strategy} on {spec.instance_count} x {spec.instance_type}, world size {plan.world_size})"
         )
+        if plan.framework is not None:
+            image = images.repository(plan.image_kind)
+            print(f"{args.spec}: PyTorch {plan.framework.describe()}, {plan.py_version}, image {image}")
         return 0
     stack = StackContext.from_outputs_file(args.outputs, args.region) if args.outputs else placeholder_stack(args.region)
     request = build_request(spec, plan, stack, trial=Run(args.lineage or str(args.spec)).trial())

@@ -84,9 +84,12 @@ def test_local_nvme_instances_omit_the_volume_key_and_others_use_it():
     assert ebs["ResourceConfig"]["VolumeKmsKeyId"] == STACK.key_arn
 
 
-def test_efa_variables_are_set_where_the_container_toolkit_misses_the_instance_type():
-    assert build("fsdp")["Environment"] == {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "RDMAV_FORK_SAFE": "1"}  # p5e
-    assert "Environment" not in build("ddp")  # p4d: the toolkit sets them itself
+def test_every_efa_type_sets_the_efa_variables_whatever_toolkit_its_image_has():
+    rdma = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "RDMAV_FORK_SAFE": "1"}
+    assert build("fsdp")["Environment"] == rdma  # p5e: in no toolkit's list before 5.1
+    assert build("ddp")["Environment"] == rdma  # p4d: the toolkit sets them too; twice is harmless
+    assert build("ddp", {**DDP, "instance_type": "ml.g5.48xlarge"})["Environment"] == {"FI_PROVIDER": "efa"}  # EFA without RDMA
+    assert "Environment" not in build("ddp", {**DDP, "instance_type": "ml.p3.16xlarge"})  # no EFA
 
 
 def test_spot_checkpoints_share_one_lineage_path_so_retries_resume():

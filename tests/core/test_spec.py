@@ -53,6 +53,7 @@ def test_json_is_yaml_too():
         ({"strategy": "deepspeed", "distribution": None}, "strategy"),
         ({"sweep": {"grid": {"lr": [1]}, "trials": [{"lr": 1}]}}, "exactly one of grid"),
         ({"instance_count": 0}, "instance_count = 0"),
+        ({"framework_version": 2.10}, 'framework_version = 2.1: quote it ("2.1"): YAML reads an unquoted version as a number'),
     ],
 )
 def test_a_bad_field_is_named_with_its_value(change, message):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
 from stacks.roles import IMAGE_PULL_ACTIONS, VPC_MODE_ACTIONS
-from trainstack.images import FRAMEWORK_REPOSITORIES
 
 # The only actions AWS offers no resource scoping for, so the only ones allowed on "*".
 ACTIONS_THAT_NEED_RESOURCE_STAR = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", *VPC_MODE_ACTIONS}
@@ -52,12 +53,50 @@ def test_vpc_mode_network_interface_actions_are_granted(default_stack):
     assert set(VPC_MODE_ACTIONS) <= granted
 
 
-def test_framework_images_are_pullable_from_exactly_their_repositories(default_stack):
-    statement = next(s for s in _execution_statements(default_stack) if set(_as_list(s["Action"])) == set(IMAGE_PULL_ACTIONS))
-    rendered = [str(r) for r in statement["Resource"]]
-    assert len(rendered) == len(FRAMEWORK_REPOSITORIES)
-    for repository in FRAMEWORK_REPOSITORIES:
-        assert any(repository.account in r and f"repository/{repository.name}" in r for r in rendered)
+def _pull_statement(stack):
+    return next(s for s in _execution_statements(stack) if set(_as_list(s["Action"])) == set(IMAGE_PULL_ACTIONS))
+
+
+def test_an_explicit_region_pulls_framework_images_from_exactly_that_regions_repositories(all_options_stack):
+    assert sorted(_pull_statement(all_options_stack)["Resource"]) == [
+        "arn:aws:ecr:us-east-1:658645717510:repository/smdistributed-modelparallel",
+        "arn:aws:ecr:us-east-1:763104351884:repository/pytorch-training",
+        "arn:aws:ecr:us-east-1:763104351884:repository/pytorch-training-neuron",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("region", "expected"),
+    [
+        ("af-south-1", {"arn:aws:ecr:af-south-1:626614931356:repository/pytorch-training"}),
+        ("cn-north-1", {"arn:aws-cn:ecr:cn-north-1:727897471807:repository/pytorch-training"}),
+        ("us-gov-west-1", {"arn:aws-us-gov:ecr:us-gov-west-1:442386744353:repository/pytorch-training"}),
+        (
+            "eu-west-1",
+            {
+                "arn:aws:ecr:eu-west-1:763104351884:repository/pytorch-training",
+                "arn:aws:ecr:eu-west-1:763104351884:repository/pytorch-training-neuron",
+                "arn:aws:ecr:eu-west-1:658645717510:repository/smdistributed-modelparallel",
+            },
+        ),
+    ],
+)
+def test_an_environment_agnostic_stack_looks_up_its_regions_image_accounts(default_stack, region, expected):
+    split = _pull_statement(default_stack)["Resource"]["Fn::Split"]
+    mapping_name, looked_up, key = split[1]["Fn::FindInMap"]
+    assert looked_up == {"Ref": "AWS::Region"}
+    assert set(default_stack.json["Mappings"][mapping_name][region][key].split(split[0])) == expected
+
+
+def test_the_volume_key_grant_is_only_for_aws_services(default_stack):
+    (statement,) = [s for s in _execution_statements(default_stack) if s["Action"] == "kms:CreateGrant"]
+    assert statement["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}
+    assert statement["Resource"] == {"Fn::GetAtt": [_key_logical_id(default_stack), "Arn"]}
+
+
+def _key_logical_id(stack):
+    (logical_id,) = stack.resources("AWS::KMS::Key")
+    return logical_id
 
 
 def test_jobs_write_only_models_checkpoints_and_tensorboard_prefixes(default_stack):
@@ -75,9 +114,9 @@ def test_jobs_read_datasets_but_not_job_specs_from_the_trigger_bucket(default_st
 
 
 def test_built_image_setting_grants_pull_on_the_project_image_repository():
-    from tests.synth import synthesize
+    from tests.synth import ALL_OPTIONS, synthesize
 
-    stack = synthesize(build_training_image=True)
+    stack = synthesize(**ALL_OPTIONS, build_training_image=True)
     statements = [s for logical_id, s in _statements(stack) if logical_id.startswith("RolesSageMakerExecution")]
     pulls = [s for s in statements if "ecr:BatchGetImage" in _as_list(s["Action"])]
     assert any("container-assets" in str(s["Resource"]) for s in pulls)

@@ -24,7 +24,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         data = {**data, "inputs": inputs}
     try:
         spec = parse_spec(data)
-        check_or_raise(spec, lambda uri: count_objects(client("s3"), uri))
+        check_or_raise(spec, lambda uri: count_objects(client("s3"), uri), environment().stack.region)
     except (SpecError, SpecRejectedError) as error:
         raise SpecInvalidError(f"{trigger.spec_key or 'inline spec'}: " + "; ".join(map(str, error.problems))) from None
     runs = trials(spec)
