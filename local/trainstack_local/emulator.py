@@ -85,9 +85,7 @@ def local_aws(
     from moto import mock_aws
 
     os.environ.update(LOCAL_ENVIRONMENT)
-    twin = SageMakerTwin(
-        workdir, images or ImageRegistry(_framework_image_exists), region=REGION, settings=settings, instance_gpus=_gpus
-    )
+    twin = SageMakerTwin(workdir, images or ImageRegistry(), region=REGION, settings=settings)
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),
         moto_bridges(twin, REGION, ACCOUNT),
@@ -184,17 +182,6 @@ def _resolve_target(arn: Any, function_arns: dict[str, str], state_machine_id: s
     if arn.get("Ref") == state_machine_id:
         return state_machine_arn
     return function_arns.get(arn.get("Fn::GetAtt", [""])[0])
-
-
-def _gpus(instance_type: str) -> int:  # XXX-FACTS: replace with the facts module
-    from trainstack.instances import lookup
-
-    instance = lookup(instance_type)
-    return instance.accelerators if instance and not instance.neuron else 0
-
-
-def _framework_image_exists(uri: str, region: str) -> bool:  # XXX-FACTS: replace with the facts module
-    return True
 
 
 def _trigger_bucket_id(template: dict[str, Any]) -> str:

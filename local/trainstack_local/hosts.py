@@ -28,6 +28,7 @@ from pathlib import Path
 OPT_ML = Path("/opt/ml")
 NETNS_ETC = Path("/etc/netns")
 INTERFACE = "eth0"  # what SageMaker's resourceconfig.json names as network_interface_name
+NAMESPACE_PREFIX = "tstwin"  # + the owning process id, so namespaces left by a killed run can be found
 _subnets = itertools.count(1)
 _subnets_lock = threading.Lock()
 
@@ -42,6 +43,17 @@ def require_namespaces() -> None:
             "the SageMaker twin runs each host in Linux namespaces: run it as root with util-linux `unshare` "
             "and iproute2 `ip` installed (the CI machines and sessions here are root)"
         )
+
+
+def remove_stale_networks() -> None:
+    """Delete the namespaces of twin processes that are gone (a test run killed mid-job)."""
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    for line in listing.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        owner = name.removeprefix(NAMESPACE_PREFIX).split("n", 1)[0]
+        if name.startswith(NAMESPACE_PREFIX) and owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+            shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
 
 
 def host_names(count: int) -> list[str]:
@@ -63,7 +75,7 @@ class JobNetwork:
     def __post_init__(self) -> None:
         with _subnets_lock:
             subnet = next(_subnets) % 250 + 1
-        self.tag = self.tag or f"ts{os.getpid() % 10000}n{subnet}"
+        self.tag = self.tag or f"{NAMESPACE_PREFIX}{os.getpid()}n{subnet}"
         self.addresses = {host: f"10.213.{subnet}.{index}" for index, host in enumerate(self.hosts, start=1)}
 
     def namespace(self, host: str) -> str:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainstack.entrypoint import FRAMEWORK_IMAGE_ENTRY
+from trainstack.images import is_framework_image
 
 IMAGES = Path(__file__).resolve().parent / "images"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -76,10 +76,9 @@ def project_image(dockerfile: Path) -> TwinImage:
 
 
 class ImageRegistry:
-    """`framework_exists(uri, region)` answers for AWS's framework images; `register` adds project images."""
+    """AWS's framework images exist where the facts file says; `register` adds project images."""
 
-    def __init__(self, framework_exists: Callable[[str, str], bool]) -> None:
-        self._framework_exists = framework_exists
+    def __init__(self) -> None:
         self._pushed: dict[str, TwinImage] = {}
 
     def register(self, uri: str, image: TwinImage) -> None:
@@ -91,6 +90,6 @@ class ImageRegistry:
         host = uri.split("/", 1)[0]
         if f".dkr.ecr.{region}." not in host:
             raise ImageNotFoundError(f"image {uri} is not in an ECR registry of {region}; SageMaker pulls from the job's region")
-        if not self._framework_exists(uri, region):
+        if not is_framework_image(uri):
             raise ImageNotFoundError(f"image {uri} does not exist in {region}")
         return framework_image()

@@ -41,10 +41,11 @@ from typing import Any
 
 import boto3
 
+from trainstack import facts
 from trainstack.s3uri import split_s3_uri
 from trainstack.workflow import CAPACITY_FAILURE_MARKERS
 from trainstack_local import container
-from trainstack_local.hosts import Container, JobNetwork, host_names, require_namespaces
+from trainstack_local.hosts import Container, JobNetwork, host_names, remove_stale_networks, require_namespaces
 from trainstack_local.registry import ImageRegistry, TwinImage
 
 CAPACITY_FAILURE = f"{CAPACITY_FAILURE_MARKERS[0]}: Unable to provision requested ML compute capacity. Please retry later."
@@ -389,14 +390,13 @@ class SageMakerTwin:
         *,
         region: str,
         settings: TwinSettings | None = None,
-        instance_gpus: Callable[[str], int] | None = None,
     ) -> None:
         require_namespaces()
+        remove_stale_networks()
         self.workdir = workdir
         self.images = images
         self.region = region
         self.settings = settings or TwinSettings()
-        self._instance_gpus = instance_gpus or (lambda instance_type: 0)
         self.runs: dict[str, JobRun] = {}
         self.uploaded: dict[tuple[str, str, int], dict[str, tuple[int, int]]] = {}
         self._capacity: dict[str, int] = {}
@@ -421,8 +421,10 @@ class SageMakerTwin:
         self.runs[job_name].requests.interrupt.set()
 
     def gpus(self, instance_type: str) -> int:
-        real = self._instance_gpus(instance_type)
-        return min(real, self.settings.gpus_per_host) if real else 0
+        """The processes a host of this type runs here: its GPUs, capped by the setting (CPU only)."""
+        instance = facts.instance(instance_type)
+        real = instance.accelerators if instance and instance.kind == "gpu" else 0
+        return min(real, self.settings.gpus_per_host)
 
     def s3(self) -> Any:
         return boto3.client("s3", region_name=self.region)
