@@ -135,6 +135,13 @@ class TrainingNetwork(Construct):
             ec2.Peer.prefix_list(self._s3_prefix_list_id()), ec2.Port.tcp(HTTPS), "HTTPS to S3 through the gateway endpoint"
         )
 
+        if nat_gateway:
+            # What the NAT is for: pip, model hubs and other HTTPS sources on the internet. HTTPS only;
+            # anything else a job needs from outside is a deliberate change to this rule.
+            self.security_group.add_egress_rule(
+                ec2.Peer.any_ipv4(), ec2.Port.tcp(HTTPS), "HTTPS to the internet through the NAT gateway"
+            )
+
         for service in interface_endpoints:
             endpoint = self.vpc.add_interface_endpoint(
                 f"Endpoint-{service}",

@@ -92,12 +92,28 @@ def test_every_efa_type_sets_the_efa_variables_whatever_toolkit_its_image_has():
     assert "Environment" not in build("ddp", {**DDP, "instance_type": "ml.p3.16xlarge"})  # no EFA
 
 
-def test_spot_checkpoints_share_one_lineage_path_so_retries_resume():
-    first, again = build("ddp"), build("ddp")
+def test_a_re_created_attempt_is_a_new_job_that_resumes_from_its_trials_checkpoints():
+    spec = parse_spec(SPECS["ddp"])
+    plan = check_or_raise(spec, lambda uri: 64)
+    trial = Run("s3://trainstack-trigger/jobs/ddp.yaml#v1").trial()
+    first, again = (build_request(spec, plan, STACK, trial=trial, attempt=attempt) for attempt in (0, 2))
+    assert first["TrainingJobName"] != again["TrainingJobName"]
     assert first["CheckpointConfig"] == again["CheckpointConfig"]
     assert first["CheckpointConfig"]["S3Uri"].startswith("s3://trainstack-artifacts/checkpoints/gpt-small/")
-    assert first["StoppingCondition"] == {"MaxRuntimeInSeconds": 86400, "MaxWaitTimeInSeconds": 172800}
-    assert first["EnableManagedSpotTraining"] is True
+
+
+def test_each_trial_of_a_sweep_has_a_checkpoint_location_of_its_own():
+    spec = parse_spec(SPECS["ddp"])
+    plan = check_or_raise(spec, lambda uri: 64)
+    run = Run("s3://trainstack-trigger/jobs/ddp.yaml#v1")
+    locations = {build_request(spec, plan, STACK, trial=run.trial(i))["CheckpointConfig"]["S3Uri"] for i in range(3)}
+    assert len(locations) == 3
+
+
+def test_spot_sets_managed_spot_training_and_its_maximum_wait():
+    request = build("ddp")
+    assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 86400, "MaxWaitTimeInSeconds": 172800}
+    assert request["EnableManagedSpotTraining"] is True
 
 
 def test_network_isolation_ships_the_code_as_an_input_channel_named_as_the_channel_names_it():

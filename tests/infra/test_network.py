@@ -99,6 +99,18 @@ def test_nat_gateway_setting_adds_exactly_one_nat_and_routes_training_subnets_th
     )
 
 
+def test_nat_gateway_setting_lets_training_jobs_reach_the_internet_over_https_only():
+    stack = synthesize(nat_gateway=True, subnet_count=2)
+    standalone = [r["Properties"] for r in stack.resources("AWS::EC2::SecurityGroupEgress").values()]
+    inline = [
+        rule
+        for g in stack.resources("AWS::EC2::SecurityGroup").values()
+        for rule in g["Properties"].get("SecurityGroupEgress", [])
+    ]
+    to_internet = [rule for rule in standalone + inline if rule.get("CidrIp") == "0.0.0.0/0"]
+    assert [(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in to_internet] == [("tcp", 443, 443)]
+
+
 def test_interface_endpoints_setting_adds_private_endpoints_reachable_from_training_jobs():
     stack = synthesize(interface_endpoints="ecr.api,logs")
     interface = [
