@@ -6,7 +6,7 @@ Validate -> Map over trials (one trial without a sweep):
        for capacity: create it again after 5, 10, 20 min, resuming from its checkpoints)
 -> Notify (one message per run) -> Succeed, or Fail with the reason as Cause.
 Triggers: jobs/**.yaml|yml|json uploads, datasets/<name>/_SUCCESS markers, direct StartExecution.
-An aborted or timed-out execution stops the training jobs it started.
+An execution that is aborted, times out or fails stops the training jobs it started.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from trainstack.handlers.environment import lambda_variables
 from trainstack.layout import DATASETS_PREFIX, JOBS_PREFIX
 from trainstack.naming import training_job_name_prefix
 from trainstack.stack_context import StackContext
-from trainstack.workflow import CAPACITY_RETRIES, DATA_MARKER, RUNNING
+from trainstack.workflow import CAPACITY_RETRIES, COMPLETED, DATA_MARKER, ENDED_EARLY, NOT_STARTED, RUNNING, UNWATCHED
 
 HANDLERS = ("validate", "create", "describe", "notify", "stop")
 LAMBDA_TRANSIENT = [
@@ -186,6 +186,9 @@ class TrainingPipeline(Construct):
         )
         rejected = sfn.Fail(self, "Rejected", error_path="$.status", cause_path="$.reason")
         validate.add_catch(notify_rejected.next(rejected), errors=["States.ALL"], result_path="$.error")
+        # Notify reports a failed Publish itself; this is for Notify failing as a function.
+        notify_failed = sfn.Fail(self, "NotifyFailed", error="NotifyFailed", cause_path="$.notify_error.Cause")
+        notify_rejected.add_catch(notify_failed, errors=["States.ALL"], result_path="$.notify_error")
 
         create = self._invoke("Create", "create", result_path="$.job")
         create.add_retry(errors=["ThrottledError"], interval=Duration.seconds(5), max_attempts=5, backoff_rate=2)
@@ -197,7 +200,7 @@ class TrainingPipeline(Construct):
             max_delay=Duration.hours(1),
         )
         not_started = sfn.Pass(
-            self, "TrialNotStarted", parameters={"status": "NotStarted", "error": sfn.JsonPath.object_at("$.error")}
+            self, "TrialNotStarted", parameters={"status": NOT_STARTED, "error": sfn.JsonPath.object_at("$.error")}
         )
         create.add_catch(not_started, errors=["States.ALL"], result_path="$.error")
         wait = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path("$.job.poll_seconds"))
@@ -213,6 +216,19 @@ class TrainingPipeline(Construct):
             ),
             result_path="$.job",
         )
+        describe.add_retry(errors=["ThrottledError"], interval=Duration.seconds(5), max_attempts=5, backoff_rate=2)
+        # Past its retries the trial ends with the reason; the run then fails and its Stop rule
+        # stops the job, so no job runs on unwatched.
+        unwatched = sfn.Pass(
+            self,
+            "TrialUnwatched",
+            parameters={
+                "status": UNWATCHED,
+                "job_name": sfn.JsonPath.string_at("$.job.job_name"),
+                "error": sfn.JsonPath.object_at("$.error"),
+            },
+        )
+        describe.add_catch(unwatched, errors=["States.ALL"], result_path="$.error")
         # A job that failed for capacity is created again (same checkpoints) after a doubling wait.
         next_attempt = sfn.Pass(
             self,
@@ -255,11 +271,20 @@ class TrainingPipeline(Construct):
         notify = self._invoke(
             "Notify", "notify", payload=sfn.TaskInput.from_object({"results": sfn.JsonPath.object_at("$.results")})
         )
+        notify.add_catch(notify_failed, errors=["States.ALL"], result_path="$.notify_error")
         outcome = (
             sfn.Choice(self, "RunOutcome")
-            .when(sfn.Condition.string_equals("$.status", "Completed"), sfn.Succeed(self, "Completed"))
+            .when(sfn.Condition.string_equals("$.status", COMPLETED), sfn.Succeed(self, "Completed"))
             .otherwise(sfn.Fail(self, "Failed", error_path="$.status", cause_path="$.reason"))
         )
+        # The Map failing as a whole (not one trial) is reported as the run's failure, never dropped.
+        notify_lost = self._invoke(
+            "NotifyRunLost",
+            "notify",
+            payload=sfn.TaskInput.from_object({"error": sfn.JsonPath.object_at("$.error"), "stage": "run"}),
+        )
+        notify_lost.add_catch(notify_failed, errors=["States.ALL"], result_path="$.notify_error")
+        run.add_catch(notify_lost.next(outcome), errors=["States.ALL"], result_path="$.error")
         definition = validate.next(run).next(notify).next(outcome)
         return sfn.StateMachine(
             self,
@@ -299,11 +324,11 @@ class TrainingPipeline(Construct):
         events.Rule(
             self,
             "ExecutionEnded",
-            description="An aborted or timed-out execution stops the training jobs it started",
+            description="An execution that ends other than by succeeding stops the training jobs it started",
             event_pattern=events.EventPattern(
                 source=["aws.states"],
                 detail_type=["Step Functions Execution Status Change"],
-                detail={"status": ["ABORTED", "TIMED_OUT"], "stateMachineArn": [self.state_machine.state_machine_arn]},
+                detail={"status": list(ENDED_EARLY), "stateMachineArn": [self.state_machine.state_machine_arn]},
             ),
             targets=[targets.LambdaFunction(self.functions["stop"])],
         )

@@ -4,6 +4,7 @@ trials a sweep expands to, how often to poll, and what a finished job means."""
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,17 @@ CAPACITY_FAILURE_MARKERS = ("CapacityError", "Insufficient capacity", "Unable to
 MAX_POLL_SECONDS = 1800
 RUNNING = ("InProgress", "Stopping")  # statuses the state machine keeps polling
 DATA_MARKER = "_SUCCESS"
+
+# A run's and a trial's outcome, as Notify reports them and the state machine's last Choice reads them.
+COMPLETED = "Completed"
+FAILED = "Failed"
+REJECTED = "Rejected"  # the spec was refused before anything launched
+NOT_STARTED = "NotStarted"  # Create gave up (capacity, quota) or failed
+UNWATCHED = "Unwatched"  # the job could no longer be described; the failed run's Stop rule stops it
+# Execution statuses whose run must not leave jobs running (the Stop function's rule).
+ENDED_EARLY = ("ABORTED", "TIMED_OUT", "FAILED")
+# What SNS accepts as a Subject: printable ASCII without line breaks, under 100 characters.
+SUBJECT_MAX = 99
 
 
 @dataclass(frozen=True)
@@ -112,3 +124,11 @@ def summary(description: dict[str, Any]) -> dict[str, Any]:
         "billable_seconds": description.get("BillableTimeInSeconds", 0),
         "duration_seconds": int((end - start).total_seconds()) if start and end else 0,
     }
+
+
+def notification_subject(status: str, reason: str) -> str:
+    """An SNS Subject for a run's outcome: SNS rejects line breaks, control and non-ASCII characters
+    and 100 characters or more, and a rejected Publish must never hide the run's real outcome."""
+    text = re.sub(r"[^\x20-\x7e]+", " ", f"trainstack run {status}: {reason}")
+    text = re.sub(r" {2,}", " ", text).strip()
+    return text if len(text) <= SUBJECT_MAX else text[: SUBJECT_MAX - 3].rstrip() + "..."

@@ -7,8 +7,11 @@ duration of `moto_bridges()` only:
   Lambda reports it, so the state machine's Retry/Catch match the exception class name.
 - EventBridge: moto matches rules but cannot deliver to Step Functions or (here) Lambda; a matched
   rule starts the execution with the event as input, or invokes the function asynchronously.
-- Step Functions: StopExecution emits the "Step Functions Execution Status Change" event (ABORTED)
-  that the stack's rule sends to the Stop function.
+- Step Functions: an execution that ends emits the "Step Functions Execution Status Change" event
+  (StopExecution: ABORTED; the interpreter's end: SUCCEEDED, FAILED, TIMED_OUT) that the stack's
+  rule sends to the Stop function.
+- Faults: `ApiFaults.inject(service, action, code)` makes the next calls of one API action fail as
+  AWS reports that error (throttling, access denied, an SNS refusal), for the failure scenarios.
 - SageMaker: CreateTrainingJob refuses a duplicate name and an image missing from the region, as
   the real API does, keeps the request's Environment (moto drops it) and hands the job to the
   twin; StopTrainingJob (moto has none) asks the twin to stop it.
@@ -33,21 +36,63 @@ from trainstack_local.sagemaker_twin import SageMakerTwin
 _INVOKE_LOCK = threading.Lock()  # one handler at a time: each sees only its own environment
 
 
+class ApiFaults:
+    """Errors to answer instead of moto's result, per (service, action), a number of times (-1: always)."""
+
+    def __init__(self) -> None:
+        self._faults: dict[tuple[str, str], tuple[str, str, int]] = {}
+        self._lock = threading.Lock()
+
+    def inject(self, service: str, action: str, code: str, message: str = "injected fault", times: int = -1) -> None:
+        with self._lock:
+            self._faults[(service, action)] = (code, message, times)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def take(self, service: str, action: str) -> tuple[str, str] | None:
+        with self._lock:
+            fault = self._faults.get((service, action))
+            if fault is None:
+                return None
+            code, message, times = fault
+            if times == 1:
+                del self._faults[(service, action)]
+            elif times > 1:
+                self._faults[(service, action)] = (code, message, times - 1)
+            return code, message
+
+
+def _injected_fault(code: str, message: str) -> Exception:
+    """An AWS error as moto serializes its own, in the protocol of the service that raised it. The
+    class lives outside moto's packages, so moto reads its shape from that service's model only."""
+    from moto.core.exceptions import ServiceException
+
+    fault = type("InjectedFault", (ServiceException,), {"__module__": __name__})
+    return fault(code, message)
+
+
 @contextmanager
-def moto_bridges(twin: SageMakerTwin, region: str, account: str) -> Iterator[None]:
+def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaults) -> Iterator[None]:
     from moto.awslambda_simple.models import LambdaSimpleBackend
-    from moto.core.responses import EmptyResult
+    from moto.core.responses import ActionResult, BaseResponse, EmptyResult
     from moto.events.models import Rule, events_backends
     from moto.sagemaker.exceptions import ValidationError
     from moto.sagemaker.responses import SageMakerResponse
     from moto.stepfunctions.models import StepFunctionBackend
+    from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
     originals = {
         (LambdaSimpleBackend, "invoke"): LambdaSimpleBackend.invoke,
         (Rule, "send_to_targets"): Rule.send_to_targets,
         (SageMakerResponse, "create_training_job"): SageMakerResponse.create_training_job,
         (StepFunctionBackend, "stop_execution"): StepFunctionBackend.stop_execution,
+        (BaseExecutionWorkerCommunication, "terminated"): BaseExecutionWorkerCommunication.terminated,
+        (BaseResponse, "call_action"): BaseResponse.call_action,
     }
+    call_action = BaseResponse.call_action
+    terminated = BaseExecutionWorkerCommunication.terminated
     create_training_job = SageMakerResponse.create_training_job
     stop_execution = StepFunctionBackend.stop_execution
 
@@ -109,25 +154,45 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str) -> Iterator[Non
         twin.stop(name)
         return EmptyResult()
 
-    def stop(self: Any, execution_arn: str) -> Any:
-        execution = stop_execution(self, execution_arn)
+    def status_changed(execution: Any, status: str) -> None:
         detail = {
-            "executionArn": execution_arn,
+            "executionArn": execution.execution_arn,
             "stateMachineArn": execution.state_machine_arn,
             "name": execution.name,
-            "status": "ABORTED",
+            "status": status,
             "input": execution.execution_input,
         }
         events_backends[account][region].put_events(
             [{"Source": "aws.states", "DetailType": "Step Functions Execution Status Change", "Detail": json.dumps(detail)}]
         )
+
+    def stop(self: Any, execution_arn: str) -> Any:
+        execution = stop_execution(self, execution_arn)
+        status_changed(execution, "ABORTED")
         return execution
 
+    def execution_ended(self: Any) -> None:
+        terminated(self)
+        status = self.execution.exec_status.value
+        if status != "ABORTED":  # StopExecution has said so already
+            status_changed(self.execution, status)
+
+    def faulty_call_action(self: Any) -> Any:
+        fault = faults.take(self.service_name, self._get_action())
+        if fault is None:
+            return call_action(self)
+        status, headers, body = self.serialized(ActionResult(_injected_fault(*fault)))  # as moto serializes errors
+        headers["status"] = status
+        status, headers, body = self._transform_response(self.response_headers, (body, headers))
+        return (status, *self._enrich_response(headers, body))
+
     LambdaSimpleBackend.invoke = invoke
+    BaseResponse.call_action = faulty_call_action
     Rule.send_to_targets = send_to_targets
     SageMakerResponse.create_training_job = create
     SageMakerResponse.stop_training_job = stop_training_job
     StepFunctionBackend.stop_execution = stop
+    BaseExecutionWorkerCommunication.terminated = execution_ended
     try:
         yield
     finally:

@@ -21,7 +21,7 @@ import boto3
 from trainstack.entrypoint import ENTRY_FILE
 from trainstack.handlers.environment import lambda_variables
 from trainstack.stack_context import StackContext
-from trainstack_local.bridges import moto_bridges
+from trainstack_local.bridges import ApiFaults, moto_bridges
 from trainstack_local.definition import function_logical_ids, render_definition
 from trainstack_local.registry import ImageRegistry
 from trainstack_local.sagemaker_twin import SageMakerTwin, TwinSettings
@@ -51,6 +51,7 @@ class LocalStack:
     topic_arn: str = ""
     state_machine_arn: str = ""
     outputs: dict[str, str] = field(default_factory=dict)
+    faults: ApiFaults = field(default_factory=ApiFaults)  # errors to inject into the emulated AWS APIs
 
     @property
     def context(self) -> StackContext:
@@ -88,9 +89,9 @@ def local_aws(
     twin = SageMakerTwin(workdir, images or ImageRegistry(), region=REGION, settings=settings)
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),
-        moto_bridges(twin, REGION, ACCOUNT),
+        moto_bridges(twin, REGION, ACCOUNT, faults := ApiFaults()),
     ):
-        stack = LocalStack()
+        stack = LocalStack(faults=faults)
         try:
             _create_resources(template, stack, files, first_poll_seconds)
             yield stack, twin

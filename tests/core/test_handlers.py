@@ -13,7 +13,11 @@ from botocore.stub import Stubber
 from tests.core.specs import DDP
 from trainstack.errors import CapacityUnavailableError, SpecInvalidError, ThrottledError
 from trainstack.handlers import create, describe, notify, stop, validate
-from trainstack.handlers.environment import use_client_factory
+from trainstack.handlers.environment import environment, use_client_factory
+from trainstack.identity import Run
+from trainstack.request import build_request
+from trainstack.rules import check_or_raise
+from trainstack.spec import parse_spec
 
 ENVIRONMENT = {
     "AWS_REGION": "us-east-1",
@@ -53,8 +57,13 @@ def _create_event() -> dict:
 
 
 def test_create_sends_the_built_request(stubbed):
-    stubbed["sagemaker"].add_response("create_training_job", {"TrainingJobArn": "arn:aws:sagemaker:us-east-1:1:training-job/x"})
-    result = create.handler(_create_event())
+    event = _create_event()
+    spec = parse_spec(event["spec"])
+    expected = build_request(spec, check_or_raise(spec, lambda uri: 64), environment().stack, trial=Run(**event["run"]).trial())
+    stubbed["sagemaker"].add_response(
+        "create_training_job", {"TrainingJobArn": "arn:aws:sagemaker:us-east-1:1:training-job/x"}, expected
+    )
+    result = create.handler(event)
     assert result["created"] is True and result["poll_seconds"] == 60
 
 
@@ -135,7 +144,11 @@ def test_notify_reports_a_rejection_with_the_validators_message(stubbed):
         }
     )
     result = notify.handler({"error": {"Error": "SpecInvalidError", "Cause": cause}})
-    assert result == {"status": "Rejected", "reason": "jobs/x.yaml: warm_pool = 25200: warm pools keep instances at most 6 hours"}
+    assert result == {
+        "status": "Rejected",
+        "reason": "jobs/x.yaml: warm_pool = 25200: warm pools keep instances at most 6 hours",
+        "notified": True,
+    }
 
 
 def _description(status: str) -> dict:
@@ -163,3 +176,34 @@ def test_describe_does_not_retry_a_job_that_failed_for_its_own_reasons(stubbed):
     failed = {**_description("Failed"), "FailureReason": "AlgorithmError: loss is NaN"}
     stubbed["sagemaker"].add_response("describe_training_job", failed, {"TrainingJobName": "trainstack-x"})
     assert describe.handler({"job_name": "trainstack-x", "poll_seconds": 60})["capacity_failure"] is False
+
+
+def test_notify_reports_the_runs_outcome_even_when_sns_refuses_the_message(stubbed):
+    stubbed["sns"].add_client_error("publish", service_error_code="InvalidParameter", service_message="Subject")
+    results = [{"job_name": "j", "status": "Failed", "failure_reason": "AlgorithmError: loss is NaN"}]
+    result = notify.handler({"results": results})
+    assert result == {"status": "Failed", "reason": "j: Failed: AlgorithmError: loss is NaN", "notified": False}
+
+
+def test_notify_reports_a_failed_map_as_the_runs_failure(stubbed):
+    stubbed["sns"].add_response("publish", {"MessageId": "1"})
+    error = {"Error": "States.Runtime", "Cause": "An error occurred while executing the state 'RunTrials'"}
+    result = notify.handler({"error": error, "stage": "run"})
+    assert result["status"] == "Failed" and "could not be followed" in result["reason"]
+
+
+def test_notify_names_an_unwatched_trial_and_why(stubbed):
+    stubbed["sns"].add_response("publish", {"MessageId": "1"})
+    cause = json.dumps({"errorMessage": "j: Rate exceeded", "errorType": "ThrottledError"})
+    results = [{"status": "Unwatched", "job_name": "j", "error": {"Error": "ThrottledError", "Cause": cause}}]
+    result = notify.handler({"results": results})
+    assert result["status"] == "Failed"
+    assert result["reason"] == "j: Unwatched: could not be described (j: Rate exceeded); stopped with the run"
+
+
+def test_describe_turns_throttling_into_the_retried_error(stubbed):
+    stubbed["sagemaker"].add_client_error(
+        "describe_training_job", service_error_code="ThrottlingException", service_message="Rate exceeded"
+    )
+    with pytest.raises(ThrottledError, match="trainstack-x: Rate exceeded"):
+        describe.handler({"job_name": "trainstack-x", "poll_seconds": 60})

@@ -94,17 +94,47 @@ def test_uploads_of_specs_and_data_markers_start_runs(default_stack):
     )
 
 
-def test_stopped_or_timed_out_executions_stop_their_jobs(default_stack):
+def test_stopped_timed_out_or_failed_executions_stop_their_jobs(default_stack):
     default_stack.template.has_resource_properties(
         "AWS::Events::Rule",
         {
             "EventPattern": {
                 "source": ["aws.states"],
                 "detail-type": ["Step Functions Execution Status Change"],
-                "detail": Match.object_like({"status": ["ABORTED", "TIMED_OUT"]}),
+                "detail": Match.object_like({"status": ["ABORTED", "TIMED_OUT", "FAILED"]}),
             }
         },
     )
+
+
+def test_every_task_in_a_trial_ends_the_trial_with_its_reason_when_it_fails(definition):
+    trial = definition["States"]["RunTrials"]["ItemProcessor"]["States"]
+    tasks = {name: state for name, state in trial.items() if state["Type"] == "Task"}
+    assert set(tasks) == {"Create", "Describe"}
+    for name, task in tasks.items():
+        (catch,) = task["Catch"]
+        assert catch["ErrorEquals"] == ["States.ALL"], name
+        assert trial[catch["Next"]]["Type"] == "Pass" and trial[catch["Next"]].get("End") is True, name
+
+
+def test_describe_retries_throttling_before_giving_the_trial_up(definition):
+    describe = _states(definition)["Describe"]
+    assert any(r["ErrorEquals"] == ["ThrottledError"] and r["MaxAttempts"] >= 3 for r in describe["Retry"])
+    assert describe["Catch"][0]["Next"] == "TrialUnwatched"
+
+
+def test_a_failing_map_is_reported_and_fails_the_run(definition):
+    (catch,) = definition["States"]["RunTrials"]["Catch"]
+    lost = definition["States"][catch["Next"]]
+    assert lost["Type"] == "Task" and lost["Parameters"]["stage"] == "run"
+    assert lost["Next"] == "RunOutcome"
+
+
+def test_every_notification_task_has_a_catch_so_the_run_still_ends(definition):
+    notifications = [n for n, s in definition["States"].items() if s["Type"] == "Task" and n.startswith("Notify")]
+    assert sorted(notifications) == ["Notify", "NotifyRejected", "NotifyRunLost"]
+    for name in notifications:
+        assert definition["States"][name]["Catch"][0]["Next"] == "NotifyFailed", name
 
 
 def test_failed_executions_and_failed_training_jobs_reach_the_encrypted_topic(default_stack):

@@ -150,3 +150,41 @@ def test_a_job_that_finds_no_capacity_is_created_again(pipeline):
     statuses = {j["TrainingJobName"][-3:]: j["TrainingJobStatus"] for j in training_jobs()}
     assert statuses == {"-a1": "Completed", **{k: v for k, v in statuses.items() if k != "-a1"}}
     assert sorted(statuses.values()) == ["Completed", "Failed"]
+
+
+def test_a_job_that_can_no_longer_be_described_is_stopped_and_its_run_fails(pipeline):
+    stack, twin = pipeline
+    stack.faults.inject("sagemaker", "DescribeTrainingJob", "AccessDeniedException", "not authorized to describe")
+    put(stack, "jobs/e2e.yaml", job(hyperparameters={"model": "gpt-tiny", "max_steps": 500, "log_every": 50}))
+    (execution,) = wait_for_new_executions(stack, known=0)
+    run = finish(execution)
+    assert run.status == "FAILED"
+    assert "Unwatched: could not be described" in run.cause and "not authorized to describe" in run.cause
+    stack.faults.clear()
+    (training_job,) = training_jobs()
+    twin.wait()  # the failed execution's Stop rule stopped the job: nothing trains on unwatched
+    status = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=training_job["TrainingJobName"])
+    assert status["TrainingJobStatus"] == "Stopped"
+
+
+def test_a_notification_that_sns_refuses_does_not_change_the_runs_outcome(pipeline):
+    stack, _ = pipeline
+    stack.faults.inject("sns", "Publish", "InvalidParameter", "Invalid parameter: Subject")
+    put(stack, "jobs/e2e.yaml", job())
+    (execution,) = wait_for_new_executions(stack, known=0)
+    run = finish(execution)
+    assert (run.status, run.output) == ("SUCCEEDED", {"status": "Completed", "reason": "all trials completed", "notified": False})
+    assert notifications(stack) == []
+
+
+def test_a_failing_trial_fails_the_run_while_the_other_trials_complete(pipeline):
+    stack, _ = pipeline
+    trials = [{"max_steps": 4}, {"max_step": 4}]  # the second names a hyperparameter that does not exist
+    put(stack, "jobs/sweep.json", json.dumps(job(sweep={"max_concurrency": 2, "trials": trials})).encode())
+    (execution,) = wait_for_new_executions(stack, known=0)
+    run = finish(execution)
+    assert run.status == "FAILED"
+    statuses = {j["TrainingJobName"][-3:]: j["TrainingJobStatus"] for j in training_jobs()}
+    assert statuses == {"-t0": "Completed", "-t1": "Failed"}
+    assert "-t1: Failed: " in run.cause and "unknown hyperparameter 'max_step'" in run.cause
+    assert "-t0" not in run.cause

@@ -6,15 +6,13 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from trainstack.errors import CapacityUnavailableError, ThrottledError
+from trainstack.errors import THROTTLING, CapacityUnavailableError, ThrottledError
 from trainstack.handlers.environment import client, environment
 from trainstack.identity import Run
 from trainstack.request import build_request, validate_request
 from trainstack.rules import check_or_raise
 from trainstack.spec import parse_spec
 from trainstack.workflow import next_poll_seconds
-
-THROTTLING = ("ThrottlingException", "Throttling", "TooManyRequestsException")
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from botocore.exceptions import ClientError
+
+from trainstack.errors import THROTTLING, ThrottledError
 from trainstack.handlers.environment import client, environment
 from trainstack.workflow import capacity_wait_seconds, is_capacity_failure, next_poll_seconds, summary
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    description = client("sagemaker").describe_training_job(TrainingJobName=event["job_name"])
+    try:
+        description = client("sagemaker").describe_training_job(TrainingJobName=event["job_name"])
+    except ClientError as error:
+        if error.response["Error"]["Code"] in THROTTLING:
+            raise ThrottledError(f"{event['job_name']}: {error.response['Error'].get('Message', '')}") from None
+        raise
     env = environment()
     result = summary(description)
     return {

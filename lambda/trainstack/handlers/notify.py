@@ -1,35 +1,60 @@
 """Notify: one SNS message per run (every trial's status, failure reason, model URI, duration),
-and the run's overall outcome for the state machine's final Choice."""
+and the run's overall outcome for the state machine's final Choice.
+
+The outcome never depends on the message: a Publish that fails is logged and reported beside the
+outcome (`notified: false`), so an SNS problem cannot replace the run's real reason.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from trainstack.handlers.environment import client, environment
+from trainstack.workflow import COMPLETED, FAILED, NOT_STARTED, REJECTED, UNWATCHED, notification_subject
+
+log = logging.getLogger("trainstack")
+REASON_MAX = 32000  # what the state machine's Fail Cause can carry
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+    outcome = _outcome(event)
+    notified = True
+    try:
+        client("sns").publish(
+            TopicArn=environment().topic_arn,
+            Subject=notification_subject(outcome["status"], outcome["reason"]),
+            Message=json.dumps(outcome, indent=1),
+        )
+    except (BotoCoreError, ClientError) as error:
+        log.error("notification for a %s run not sent: %s", outcome["status"], error)
+        notified = False
+    return {"status": outcome["status"], "reason": outcome["reason"][:REASON_MAX], "notified": notified}
+
+
+def _outcome(event: dict[str, Any]) -> dict[str, Any]:
+    if event.get("stage") == "run":  # the Map itself failed: trials may have launched jobs
+        reason = f"the run's trials could not be followed ({_reason(event['error'])}); its jobs are stopped"
+        return {"status": FAILED, "reason": reason, "trials": []}
     if "error" in event:  # Validate's Catch: the run never started
-        status = "Rejected" if event["error"].get("Error") == "SpecInvalidError" else "NotStarted"
-        outcome = {"status": status, "reason": _reason(event["error"]), "trials": []}
-    else:
-        trials = [_trial(result) for result in event["results"]]
-        unfinished = [t for t in trials if t["status"] != "Completed"]
-        reasons = "; ".join(f"{t['job_name'] or 'trial'}: {t['status']}: {t['reason']}" for t in unfinished)
-        outcome = {
-            "status": "Failed" if unfinished else "Completed",
-            "reason": reasons or "all trials completed",
-            "trials": trials,
-        }
-    subject = f"trainstack run {outcome['status']}: {outcome['reason']}"[:100]
-    client("sns").publish(TopicArn=environment().topic_arn, Subject=subject, Message=json.dumps(outcome, indent=1))
-    return {"status": outcome["status"], "reason": outcome["reason"][:32000]}
+        status = REJECTED if event["error"].get("Error") == "SpecInvalidError" else NOT_STARTED
+        return {"status": status, "reason": _reason(event["error"]), "trials": []}
+    trials = [_trial(result) for result in event["results"]]
+    unfinished = [t for t in trials if t["status"] != COMPLETED]
+    reasons = "; ".join(f"{t['job_name'] or 'trial'}: {t['status']}: {t['reason']}" for t in unfinished)
+    return {"status": FAILED if unfinished else COMPLETED, "reason": reasons or "all trials completed", "trials": trials}
 
 
 def _trial(result: dict[str, Any]) -> dict[str, Any]:
-    if "error" in result:  # Create gave up (capacity) or failed
-        return {"job_name": result.get("job_name", ""), "status": "NotStarted", "reason": _reason(result["error"])}
+    if "error" in result:  # Create gave up, or Describe failed past its retries (then: Unwatched)
+        status = result.get("status", NOT_STARTED)
+        reason = _reason(result["error"])
+        if status == UNWATCHED:
+            reason = f"could not be described ({reason}); stopped with the run"
+        return {"job_name": result.get("job_name", ""), "status": status, "reason": reason}
     return {
         "job_name": result["job_name"],
         "status": result["status"],
