@@ -17,7 +17,9 @@ Launch commands:
 
 Every start resumes from the newest checkpoint complete on every host in --checkpoint_dir
 (/opt/ml/checkpoints, one per host), which is how spot restarts and retries continue. SIGTERM saves
-a checkpoint and exits 0. A failure writes its reason to <output_dir>/failure (the job's FailureReason) and exits 1.
+a checkpoint and exits 0. A failure writes its reason to <output_dir>/failure (the job's FailureReason) and exits 1;
+so does a stall (no optimizer step within --step_timeout, derived from step times by default), after
+dumping every rank's stacks.
 """
 
 from __future__ import annotations

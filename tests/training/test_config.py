@@ -14,6 +14,16 @@ def test_arguments_are_typed_from_sagemaker_strings():
     assert (config.max_steps, config.lr, config.zero1, config.model) == (20, 0.001, True, "gpt-tiny")
 
 
+def test_by_default_the_step_timeout_is_derived_and_efa_is_required():
+    config = parse_config([], {})
+    assert (config.step_timeout, config.startup_timeout, config.require_efa_transport) == (0.0, 1800.0, True)
+
+
+def test_watchdog_hyperparameters_are_typed_from_sagemaker_strings():
+    config = parse_config(["--step_timeout", "600", "--startup_timeout", "3600", "--require_efa_transport", "false"], {})
+    assert (config.step_timeout, config.startup_timeout, config.require_efa_transport) == (600.0, 3600.0, False)
+
+
 def test_dashes_are_accepted_as_underscores_and_equals_form_works():
     config = parse_config(["--micro-batch-size=4", "--grad-accum", "2"], {})
     assert (config.micro_batch_size, config.grad_accum) == (4, 2)
@@ -57,6 +67,8 @@ def test_strategy_defaults_from_how_the_container_was_launched(environ, strategy
         (["--mp_parameters", "{1}"], "'mp_parameters'"),
         (["--mp_parameters", "degree"], "'mp_parameters'"),
         (["--grad_accum", "0"], "'grad_accum' = 0"),
+        (["--step_timeout", "-1"], "'step_timeout' = -1.0: seconds, or 0"),
+        (["--startup_timeout", "0"], "'startup_timeout' = 0.0: must be positive"),
         (["--activation_checkpointing", "maybe"], "expected bool"),
         (["positional"], "unexpected argument"),
     ],

@@ -65,6 +65,11 @@ class TrainConfig:
     data_distribution: str = "FullyReplicated"
     output_dir: str = field(default_factory=lambda: os.environ.get("SM_OUTPUT_DIR", "/opt/ml/output"))
     tensorboard_dir: str = ""
+    # The watchdog (watchdog.py): a stalled job fails, naming the ranks it waits for, instead of billing.
+    step_timeout: float = 0.0  # seconds without an optimizer step; 0: derived from the median step time
+    startup_timeout: float = 1800.0  # seconds to the first step (compilation, resume), and for each save
+    # On EFA hosts (FI_PROVIDER=efa) across several nodes, fail unless NCCL uses libfabric with the efa provider.
+    require_efa_transport: bool = True
 
     def __post_init__(self) -> None:
         _one_of("strategy", self.strategy, STRATEGIES)
@@ -73,6 +78,10 @@ class TrainConfig:
         for name in ("max_steps", "micro_batch_size", "grad_accum", "log_every", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"hyperparameter '{name}' = {getattr(self, name)}: must be at least 1")
+        if self.step_timeout < 0:
+            raise ConfigError(f"hyperparameter 'step_timeout' = {self.step_timeout}: seconds, or 0 to derive it from step times")
+        if self.startup_timeout <= 0:
+            raise ConfigError(f"hyperparameter 'startup_timeout' = {self.startup_timeout}: must be positive (seconds)")
         if self.seq_len < 0:
             raise ConfigError(f"hyperparameter 'seq_len' = {self.seq_len}: must be 0 (the model's context) or positive")
         if self.zero1 and self.strategy not in ("ddp", "smddp"):

@@ -22,15 +22,19 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from trainstack_training import sagemaker_libraries
+from trainstack_training import sagemaker_libraries, transport
+from trainstack_training.config import TrainConfig
 
-# A failed collective can otherwise hang a job until SageMaker's max runtime bills it out.
-COLLECTIVE_TIMEOUT = timedelta(minutes=int(os.environ.get("TRAINSTACK_COLLECTIVE_TIMEOUT_MIN", "30")))
+# The process group's own timeout outlasts every limit the watchdog applies (startup_timeout at most,
+# or a longer fixed step_timeout) by this much, so the watchdog, which names the stuck ranks and dumps
+# their stacks, fires first; the timeout remains the backstop should the watchdog's thread not run.
+PROCESS_GROUP_GRACE = timedelta(seconds=60)
 TOOLKIT_MASTER_PORT = "7777"  # what sagemaker-pytorch-training exports as MASTER_PORT
 
 
@@ -126,8 +130,13 @@ class DistContext:
         return (self.local_rank, self.local_world_size) if per_node else (self.rank, self.world_size)
 
 
-def init_distributed(strategy: str) -> DistContext:
-    """Initialize the process group the strategy needs and pick this rank's device."""
+def process_group_timeout(config: TrainConfig) -> timedelta:
+    return timedelta(seconds=max(config.startup_timeout, config.step_timeout)) + PROCESS_GROUP_GRACE
+
+
+def init_distributed(config: TrainConfig) -> DistContext:
+    """Initialize the process group the strategy needs, pick this rank's device, and on EFA hosts
+    make sure NCCL uses EFA between them."""
     launch = read_launch()
     if launch.launcher == "mpirun":
         os.environ.update(mpi_rendezvous(launch, os.environ))
@@ -137,15 +146,23 @@ def init_distributed(strategy: str) -> DistContext:
     else:
         device = torch.device("cpu")
 
-    if strategy == "smddp":
+    if config.strategy == "smddp":
         # The SMDDP module must be imported before init: importing it registers the "smddp" backend.
         sagemaker_libraries.import_smddp()
         backend = "smddp"
     else:
         backend = "nccl" if device.type == "cuda" else "gloo"
     if launch.world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(backend=backend, timeout=COLLECTIVE_TIMEOUT)
-    if strategy == "smp":
+        check_efa = transport.check_required(
+            config.require_efa_transport, backend, launch.world_size, launch.local_world_size, os.environ
+        )
+        # Before the process group: NCCL reads its debug settings once, when it first starts.
+        init_lines = transport.prepare(os.environ, Path(config.output_dir), launch.rank) if check_efa else None
+        dist.init_process_group(backend=backend, timeout=process_group_timeout(config))
+        if init_lines:
+            # NCCL creates its communicator at the first collective; this barrier is it.
+            transport.require_efa(init_lines.read_during(dist.barrier), os.environ)
+    if config.strategy == "smp":
         # After the default process group: tsm.init() reads mp_parameters and builds SMP's own groups.
         sagemaker_libraries.import_smp().init()
     return DistContext(

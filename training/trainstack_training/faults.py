@@ -4,13 +4,20 @@ SageMaker stops a job (user stop, spot reclaim, max runtime) with SIGTERM and ab
 before SIGKILL; the handler only sets a flag, and the loop saves a checkpoint at the next step
 boundary and exits cleanly. A failure's reason goes to `<output_dir>/failure`, which becomes the
 job's FailureReason (first 1,024 characters).
+
+For tests, a fault can be injected into a real run: `TRAINSTACK_INJECT_HANG=<rank>:<step>` makes
+that rank stop for good where it would load the data of that step, as a rank stuck on a hung file
+system read does.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import time
 from pathlib import Path
 from types import FrameType
+from typing import NoReturn
 
 
 class StopRequest:
@@ -36,3 +43,14 @@ def write_failure(output_dir: str | Path, reason: str) -> None:
             handle.write(reason[:1024])
     except (FileExistsError, OSError):
         pass
+
+
+def injected_hang(rank: int) -> int | None:
+    """The step at which this rank is to hang, from TRAINSTACK_INJECT_HANG=<rank>:<step>; None for none."""
+    target, _, step = os.environ.get("TRAINSTACK_INJECT_HANG", "").partition(":")
+    return int(step) if target and int(target) == rank else None
+
+
+def hang_forever() -> NoReturn:
+    while True:
+        time.sleep(3600)

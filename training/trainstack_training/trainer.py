@@ -19,11 +19,12 @@ from trainstack_training.config import TrainConfig
 from trainstack_training.data.images import ImageSet
 from trainstack_training.data.sampler import EpochShuffle, ShardPlan, micro_batch_indices
 from trainstack_training.data.tokens import DataError, TokenShards
-from trainstack_training.faults import StopRequest
+from trainstack_training.faults import StopRequest, hang_forever, injected_hang
 from trainstack_training.metrics import TensorBoardSink, Throughput, format_line, peak_flops
 from trainstack_training.models import GPT_SIZES, build_model, is_language_model
 from trainstack_training.precision import autocast, grad_scaler
 from trainstack_training.strategies import parallelize
+from trainstack_training.watchdog import Point, Watchdog
 
 log = logging.getLogger("trainstack")
 SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data"
@@ -32,14 +33,23 @@ ADAMW_BETAS = (0.9, 0.95)
 
 def run(config: TrainConfig) -> str:
     """Train until max_steps (returns "completed") or a stop request (returns "stopped")."""
-    context = distributed.init_distributed(config.strategy)
+    # Before the process group: the rendezvous and NCCL's first communicator are where jobs hang.
+    watchdog = Watchdog(config, distributed.read_launch()).start()
     try:
-        return _train(config, context)
+        context = distributed.init_distributed(config)
+        try:
+            result = _train(config, context, watchdog)
+            # Every rank is done before any destroys the group: rank 0 hosts the rendezvous store,
+            # and a peer still in its last collective then aborts at exit (seen once under load).
+            distributed.barrier(context)
+            return result
+        finally:
+            distributed.shutdown(context)
     finally:
-        distributed.shutdown(context)
+        watchdog.stop()
 
 
-def _train(config: TrainConfig, context: distributed.DistContext) -> str:
+def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watchdog) -> str:
     if context.is_main:
         log.info("config %s", config.to_json())
     torch.manual_seed(config.seed)  # the same initial weights on every rank
@@ -75,13 +85,19 @@ def _train(config: TrainConfig, context: distributed.DistContext) -> str:
     throughput = Throughput(flops_per_token, peak_flops(context.device, config.precision), context.world_size)
     job_batch = config.micro_batch_size * config.grad_accum * context.world_size  # examples per step, all nodes
     tensorboard = TensorBoardSink(config.tensorboard_dir) if config.tensorboard_dir and context.is_main else None
+    hang_at = injected_hang(context.rank)
     parallel.module.train()
     while progress.step < config.max_steps:
+        step = progress.step + 1  # as the metric lines number it
         distributed.seed_step(config.seed, progress.step, context)
         loss = torch.zeros((), device=context.device)
         for micro_step in range(config.grad_accum):
+            watchdog.reached(Point.DATA, step, micro_step)
+            if step == hang_at:
+                hang_forever()
             inputs, targets = dataset.batch(micro_batch_indices(plan, shuffle, progress.data.position, micro_step))
             inputs, targets = inputs.to(context.device), targets.to(context.device)
+            watchdog.reached(Point.COMPUTE, step, micro_step)
             last = micro_step == config.grad_accum - 1
             with (
                 parallel.no_sync() if not last else contextlib.nullcontext(),
@@ -90,10 +106,12 @@ def _train(config: TrainConfig, context: distributed.DistContext) -> str:
                 micro_loss = parallel.module(inputs, targets) / config.grad_accum
                 (scaler.scale(micro_loss) if scaler else micro_loss).backward()
             loss += micro_loss.detach()
+        watchdog.reached(Point.OPTIMIZER, step)
         grad_norm = _step(parallel.module, optimizer, scaler, config.grad_clip)
         scheduler.step()
         progress.step += 1
         progress.data.position += plan.global_batch
+        watchdog.step_completed(step)
         throughput.add(job_batch * (seq_len or 1))
 
         if progress.step % config.log_every == 0 or progress.step == config.max_steps:
@@ -110,16 +128,19 @@ def _train(config: TrainConfig, context: distributed.DistContext) -> str:
                 tensorboard.write(line)
 
         if distributed.any_rank(stop.requested, context):
-            path = checkpointer.save(state, optimizer if zero1 else None)
+            with watchdog.slow_phase():
+                path = checkpointer.save(state, optimizer if zero1 else None)
             if context.is_main:
                 log.warning(
                     "stop requested (%s): saved %s at step %d, exiting", stop.signal_name or "SIGTERM", path, progress.step
                 )
             return "stopped"
         if progress.step % config.checkpoint_every == 0 or progress.step == config.max_steps:
-            checkpointer.save(state, optimizer if zero1 else None)
+            with watchdog.slow_phase():
+                checkpointer.save(state, optimizer if zero1 else None)
 
-    export_model(parallel.module, config.model_dir, lambda: _describe(config, seq_len), context)
+    with watchdog.slow_phase():
+        export_model(parallel.module, config.model_dir, lambda: _describe(config, seq_len), context)
     if tensorboard:
         tensorboard.close()
     return "completed"
