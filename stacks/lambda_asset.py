@@ -16,7 +16,10 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAMBDA_PYTHON = "3.14"
+# The newest Lambda Python runtime whose interpreter these machines have (pyenv's 3.13), so the
+# asset as shipped — compiled pydantic_core included — is imported and run in the tests
+# (tests/infra/test_shipped_lambda.py). 3.14 exists on Lambda, but nothing here could run its wheels.
+LAMBDA_PYTHON = "3.13"
 PLATFORM = "manylinux2014_x86_64"
 PROVIDED_BY_RUNTIME = ("boto3", "botocore")  # the Lambda Python runtime ships these
 

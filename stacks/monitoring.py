@@ -3,7 +3,7 @@ failed training jobs."""
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_events as events
@@ -11,9 +11,11 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from stacks.event_delivery import delivery
 from trainstack.naming import training_job_name_prefix
 
 
@@ -24,17 +26,24 @@ class TrainingMonitoring(Construct):
         super().__init__(scope, construct_id)
         self.name_prefix = name_prefix
         self.topic = sns.Topic(self, "Topic", display_name=f"{name_prefix} training runs", master_key=key, enforce_ssl=True)
-        # EventBridge and CloudWatch alarms publish to the encrypted topic only if they may use the key.
+        # CloudWatch alarms publish to the encrypted topic only if they may use the key; aws:SourceAccount
+        # keeps another account's alarms from using it through CloudWatch (the confused deputy).
+        # EventBridge's use of the key comes from the SnsTopic target's grant, without source conditions
+        # on purpose: SNS does not support aws:SourceAccount/aws:SourceArn in a key policy for
+        # EventBridge-to-encrypted-topic delivery, and with them every event would be dropped silently.
         key.add_to_resource_policy(
             iam.PolicyStatement(
-                sid="AllowAlarmAndEventDeliveryToTheTopic",
-                principals=[iam.ServicePrincipal("events.amazonaws.com"), iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                sid="AllowAlarmDeliveryToTheTopic",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],
+                conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}},
             )
         )
 
-    def watch(self, state_machine: sfn.IStateMachine) -> None:
+    def watch(self, state_machine: sfn.IStateMachine, *, dead_letter_queue: sqs.IQueue | None = None) -> None:
+        """Alarms on the state machine's failed and timed-out executions, and a rule for failed training
+        jobs; `dead_letter_queue` keeps the failure events EventBridge could not deliver to the topic."""
         for name, metric in (("Failed", state_machine.metric_failed()), ("TimedOut", state_machine.metric_timed_out())):
             alarm = cloudwatch.Alarm(
                 self,
@@ -59,5 +68,5 @@ class TrainingMonitoring(Construct):
                     "TrainingJobName": [{"prefix": training_job_name_prefix(self.name_prefix)}],
                 },
             ),
-            targets=[targets.SnsTopic(self.topic)],
+            targets=[targets.SnsTopic(self.topic, **delivery(dead_letter_queue))],
         )

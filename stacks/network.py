@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Aws, Fn, RemovalPolicy
+from aws_cdk import Aws, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -13,8 +13,9 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from stacks.compliance import acknowledge, skip_checkov
+from stacks.compliance import acknowledge, in_every_pack, skip_checkov
 from stacks.log_groups import encrypted_log_group
+from stacks.roles import ManagedPolicyRole
 
 VPC_CIDR = "10.42.0.0/16"
 # A /20 gives 4,091 addresses per AZ: a p5.48xlarge job takes 32 EFA interfaces per node.
@@ -60,9 +61,11 @@ class TrainingNetwork(Construct):
         training_subnet_type = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateway else ec2.SubnetType.PRIVATE_ISOLATED
         subnets = [ec2.SubnetConfiguration(name="training", subnet_type=training_subnet_type, cidr_mask=TRAINING_SUBNET_MASK)]
         if nat_gateway:
-            subnets.insert(
-                0, ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=PUBLIC_SUBNET_MASK)
+            # Only the NAT gateway lives here, on its own Elastic IP: nothing launched here gets a public address.
+            public = ec2.SubnetConfiguration(
+                name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=PUBLIC_SUBNET_MASK, map_public_ip_on_launch=False
             )
+            subnets.insert(0, public)
 
         # AZs as Fn::GetAZs tokens: no context lookup, so synth needs no credentials in any environment.
         self.vpc = ec2.Vpc(
@@ -78,13 +81,40 @@ class TrainingNetwork(Construct):
             self._pin_availability_zone_ids(availability_zone_ids)
         self.training_subnets = ec2.SubnetSelection(subnet_type=training_subnet_type)
         self.training_subnet_ids: list[str] = self.vpc.select_subnets(subnet_type=training_subnet_type).subnet_ids
+        for subnet in self.vpc.public_subnets:
+            acknowledge(
+                subnet.node.find_child("DefaultRoute"),
+                *in_every_pack(
+                    "VPCNoUnrestrictedRouteToIGW",
+                    "The public subnet holds only the NAT gateway (nat_gateway=true); its route to the internet "
+                    "gateway is how training jobs in the private subnets reach HTTPS sources.",
+                ),
+            )
 
+        self._log_key = log_key
+        self._log_retention_days = log_retention_days
+        self._removal_policy = removal_policy
         flow_log_group = encrypted_log_group(
             self, "FlowLogs", key=log_key, retention_days=log_retention_days, removal_policy=removal_policy
         )
+        # The documented confused-deputy guard for the flow-logs role (VPC User Guide, IAM role for
+        # publishing flow logs to CloudWatch Logs): only this account's flow logs may assume it.
+        stack = Stack.of(self)
+        flow_log_role = ManagedPolicyRole(
+            self,
+            "FlowLogRole",
+            assumed_by=iam.ServicePrincipal(
+                "vpc-flow-logs.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {"aws:SourceArn": stack.format_arn(service="ec2", resource="vpc-flow-log", resource_name="*")},
+                },
+            ),
+            description="Delivers the training VPC's flow logs to their log group",
+        )
         self.vpc.add_flow_log(
             "FlowLog",
-            destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group, flow_log_role),
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
 
@@ -98,6 +128,16 @@ class TrainingNetwork(Construct):
         self.security_group.add_ingress_rule(
             self.security_group, ec2.Port.all_traffic(), "EFA and NCCL: all traffic from the job's own nodes"
         )
+        for rule in self.security_group.node.children:
+            if isinstance(rule, ec2.CfnSecurityGroupIngress) and rule.ip_protocol == "-1":
+                acknowledge(
+                    rule,
+                    *in_every_pack(
+                        "EC2RestrictedCommonPorts",
+                        "EFA needs all traffic among a job's own nodes; the only source is this security group "
+                        "itself, so no common port is open to any address range.",
+                    ),
+                )
         # EFA needs this egress rule as well as the ingress one; without it NCCL/OFI hangs.
         self.security_group.add_egress_rule(
             self.security_group, ec2.Port.all_traffic(), "EFA and NCCL: all traffic to the job's own nodes"
@@ -162,7 +202,27 @@ class TrainingNetwork(Construct):
                 cfn_subnet.add_property_override("AvailabilityZoneId", az_id)
 
     def _s3_prefix_list_id(self) -> str:
-        """The region's S3 prefix list, resolved at deploy time (a synth-time lookup would need credentials)."""
+        """The region's S3 prefix list, resolved at deploy time (a synth-time lookup would need credentials).
+
+        CDK's handler for the lookup gets a role of ours: its one permission in a managed policy, its
+        logs in an encrypted group with the stack's retention (CDK's default role writes to a log
+        group that never expires, through an AWS managed policy).
+        """
+        handler_logs = encrypted_log_group(
+            self,
+            "S3PrefixListLogs",
+            key=self._log_key,
+            retention_days=self._log_retention_days,
+            removal_policy=self._removal_policy,
+        )
+        handler_role = ManagedPolicyRole(
+            self,
+            "S3PrefixListRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description="CDK's deploy-time handler that looks up the region's S3 prefix list",
+        )
+        handler_role.add_to_policy(iam.PolicyStatement(actions=["ec2:DescribePrefixLists"], resources=["*"]))
+        handler_logs.grant_write(handler_role)
         lookup = cr.AwsCustomResource(
             self,
             "S3PrefixList",
@@ -173,11 +233,13 @@ class TrainingNetwork(Construct):
                 physical_resource_id=cr.PhysicalResourceId.of(f"s3-prefix-list-{Aws.REGION}"),
                 output_paths=["PrefixLists.0.PrefixListId"],
             ),
-            policy=cr.AwsCustomResourcePolicy.from_sdk_calls(resources=cr.AwsCustomResourcePolicy.ANY_RESOURCE),
+            role=handler_role,
+            log_group=handler_logs,
+            memory_size=128,  # stated, not defaulted: one small SDK call per deploy
             install_latest_aws_sdk=False,
         )
         acknowledge(
-            lookup,
+            handler_role,
             (
                 "AwsSolutions-IAM5[Resource::*]",
                 "ec2:DescribePrefixLists supports only resource '*' (it is a read-only list call).",

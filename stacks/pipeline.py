@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -22,13 +24,16 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.compliance import acknowledge, nag_resource, skip_checkov
-from stacks.lambda_asset import build_lambda_asset
+from stacks.compliance import acknowledge, in_every_pack, nag_resource, skip_checkov
+from stacks.event_delivery import delivery
+from stacks.lambda_asset import LAMBDA_PYTHON, build_lambda_asset
 from stacks.log_groups import encrypted_log_group
+from stacks.roles import ManagedPolicyRole
 from trainstack.handlers.environment import lambda_variables
 from trainstack.layout import DATASETS_PREFIX, JOBS_PREFIX
 from trainstack.naming import training_job_name_prefix
@@ -45,6 +50,7 @@ LAMBDA_TRANSIENT = [
 # Longer than any job can run (MaxWait is at most 28 days) plus capacity retries and polling.
 EXECUTION_TIMEOUT = Duration.days(30)
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+DEAD_LETTER_RETENTION = Duration.days(14)  # SQS's maximum: time to notice the alarm and redrive
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,8 @@ class JobDefaults:
 
 
 class TrainingPipeline(Construct):
-    """Exposes `state_machine`, `functions`, `topic` and `job_context` (what jobs get). Embeddable in another CDK app."""
+    """Exposes `state_machine`, `functions`, `topic`, `dead_letters` (events no target took) and
+    `job_context` (what jobs get). Embeddable in another CDK app."""
 
     def __init__(
         self,
@@ -101,6 +108,7 @@ class TrainingPipeline(Construct):
         code = lambda_.Code.from_asset(str(build_lambda_asset()))
         self.job_context = defaults.context(stack.region, name_prefix)
         environment = lambda_variables(self.job_context, topic_arn=topic.topic_arn, default_spec_key=default_spec_key)
+        self.dead_letters = self._dead_letter_queue(topic)  # before the functions: stop's failures go there too
         self.functions = {name: self._function(name, code, environment) for name in HANDLERS}
         jobs_arn = stack.format_arn(
             service="sagemaker", resource="training-job", resource_name=f"{training_job_name_prefix(name_prefix)}*"
@@ -132,12 +140,12 @@ class TrainingPipeline(Construct):
         self._acknowledge(jobs_arn, trigger_bucket)
 
     def _function(self, name: str, code: lambda_.Code, environment: dict[str, str]) -> lambda_.Function:
-        role = iam.Role(self, f"{name.title()}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        role = ManagedPolicyRole(self, f"{name.title()}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         log_group = self._log_group(f"{name.title()}Logs")
         function = lambda_.Function(
             self,
             f"{name.title()}Function",
-            runtime=lambda_.Runtime.PYTHON_3_14,
+            runtime=lambda_.Runtime(f"python{LAMBDA_PYTHON}", lambda_.RuntimeFamily.PYTHON),
             handler=f"trainstack.handlers.{name}.handler",
             code=code,
             role=role,
@@ -147,20 +155,29 @@ class TrainingPipeline(Construct):
             memory_size=512,
             tracing=lambda_.Tracing.ACTIVE,
             log_group=log_group,
+            # EventBridge invokes stop asynchronously: once Lambda's own two retries fail, the event (jobs
+            # still running and billed) waits in the dead-letter queue, whose alarm notifies, instead of vanishing.
+            dead_letter_queue=self.dead_letters if name == "stop" else None,
         )
         log_group.grant_write(role)
+        if name == "stop":
+            self.dead_letters.grant_send_messages(function)  # the encrypted queue also needs the key
         skip_checkov(
             function,
             (
                 "CKV_AWS_115",
                 "Reserving concurrency fails deploys in accounts at the default limit; the Map's concurrency bounds calls.",
             ),
-            (
-                "CKV_AWS_116",
-                "Invoked synchronously by Step Functions, which retries and catches; a DLQ would never receive events.",
-            ),
             ("CKV_AWS_117", "Calls only AWS control-plane APIs; a VPC would need NAT or endpoints that cost money while idle."),
         )
+        if name != "stop":
+            skip_checkov(
+                function,
+                (
+                    "CKV_AWS_116",
+                    "Invoked synchronously by Step Functions, which retries and catches; a DLQ would never receive events.",
+                ),
+            )
         return function
 
     def _log_group(self, construct_id: str) -> logs.LogGroup:
@@ -286,9 +303,13 @@ class TrainingPipeline(Construct):
         notify_lost.add_catch(notify_failed, errors=["States.ALL"], result_path="$.notify_error")
         run.add_catch(notify_lost.next(outcome), errors=["States.ALL"], result_path="$.error")
         definition = validate.next(run).next(notify).next(outcome)
+        self._state_machine_role = ManagedPolicyRole(
+            self, "StateMachineRole", assumed_by=iam.ServicePrincipal("states.amazonaws.com")
+        )
         return sfn.StateMachine(
             self,
             "StateMachine",
+            role=self._state_machine_role,
             definition_body=sfn.DefinitionBody.from_chainable(definition),
             state_machine_type=sfn.StateMachineType.STANDARD,
             timeout=EXECUTION_TIMEOUT,
@@ -298,7 +319,47 @@ class TrainingPipeline(Construct):
             ),
         )
 
+    def _dead_letter_queue(self, topic: sns.ITopic) -> sqs.Queue:
+        """Where EventBridge puts a trigger it could not deliver (StartExecution kept failing), and an
+        alarm on the topic as soon as one is there: an upload must never be dropped silently."""
+        queue = sqs.Queue(
+            self,
+            "TriggerDeadLetters",
+            encryption=sqs.QueueEncryption.KMS,
+            encryption_master_key=self._key,
+            retention_period=DEAD_LETTER_RETENTION,
+            enforce_ssl=True,
+        )
+        # EventBridge writes to the encrypted queue with the key. The queue policy the targets add
+        # admits only this stack's rules (aws:SourceArn), which guards against the confused deputy;
+        # the key statement carries no source condition, as with the topic (see monitoring.py).
+        self._key.grant(iam.ServicePrincipal("events.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*")
+        alarm = cloudwatch.Alarm(
+            self,
+            "TriggerDeadLettersAlarm",
+            alarm_description="An event could not be delivered to its target; redrive it with `trainstack redrive`",
+            metric=queue.metric_approximate_number_of_messages_visible(period=Duration.minutes(5), statistic="Maximum"),
+            threshold=1,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        alarm.add_alarm_action(actions.SnsAction(topic))
+        acknowledge(
+            queue,
+            ("AwsSolutions-SQS3", "This queue is the dead-letter queue of the trigger rules; it has none of its own."),
+            *in_every_pack(
+                "SQSRedrivePolicy",
+                "This queue is itself the dead-letter queue of the rules' targets and of the stop function; its "
+                "alarm reports every message, and a redrive policy would only move them to yet another queue.",
+            ),
+        )
+        return queue
+
     def _triggers(self, trigger_bucket: s3.IBucket) -> None:
+        events_role = ManagedPolicyRole(self, "EventsRole", assumed_by=iam.ServicePrincipal("events.amazonaws.com"))
+        retried = delivery(self.dead_letters)
+
         def uploads(construct_id: str, description: str, patterns: list[str]) -> None:
             events.Rule(
                 self,
@@ -312,7 +373,11 @@ class TrainingPipeline(Construct):
                         "object": {"key": [{"wildcard": p} for p in patterns]},
                     },
                 ),
-                targets=[targets.SfnStateMachine(self.state_machine, input=events.RuleTargetInput.from_event_path("$"))],
+                targets=[
+                    targets.SfnStateMachine(
+                        self.state_machine, input=events.RuleTargetInput.from_event_path("$"), role=events_role, **retried
+                    )
+                ],
             )
 
         uploads("JobSpecUploaded", "A job spec uploaded under jobs/ starts a run", [f"{JOBS_PREFIX}*{s}" for s in SPEC_SUFFIXES])
@@ -330,7 +395,7 @@ class TrainingPipeline(Construct):
                 detail_type=["Step Functions Execution Status Change"],
                 detail={"status": list(ENDED_EARLY), "stateMachineArn": [self.state_machine.state_machine_arn]},
             ),
-            targets=[targets.LambdaFunction(self.functions["stop"])],
+            targets=[targets.LambdaFunction(self.functions["stop"], **retried)],
         )
 
     def _acknowledge(self, jobs_arn: str, trigger_bucket: s3.IBucket) -> None:
@@ -373,8 +438,9 @@ class TrainingPipeline(Construct):
                     ),
                 ]
             acknowledge(function.role, *findings)
+            acknowledge(function, *self._lambda_decisions(name))
         acknowledge(
-            self.state_machine,
+            self._state_machine_role,
             (
                 "AwsSolutions-IAM5[Resource::*]",
                 "CloudWatch Logs delivery and X-Ray for Step Functions support only resource '*'.",
@@ -387,3 +453,32 @@ class TrainingPipeline(Construct):
                 for f in self.functions.values()
             ),
         )
+
+    @staticmethod
+    def _lambda_decisions(name: str) -> list[tuple[str, str]]:
+        """The Lambda rules of cdk-nag's packs these functions do not follow, and why."""
+        runtime = (
+            f"python{LAMBDA_PYTHON}, one behind the newest: the newest runtime whose interpreter the test machines "
+            "have, so the asset is imported and invoked as shipped (tests/infra/test_shipped_lambda.py)."
+        )
+        decisions = [
+            ("AwsSolutions-L1", runtime),
+            *in_every_pack("LambdaLatestVersion", runtime),
+            *in_every_pack(
+                "LambdaConcurrency",
+                "Reserving concurrency fails the deploy in accounts at a low (new-account) concurrency limit; the "
+                "state machine's Map concurrency already bounds how many calls run at once.",
+            ),
+            *in_every_pack(
+                "LambdaInsideVPC",
+                "Calls only AWS control-plane APIs (SageMaker, S3, SNS); inside the VPC it would need a NAT gateway "
+                "or interface endpoints that cost money while idle.",
+            ),
+        ]
+        if name != "stop":  # stop, invoked asynchronously by EventBridge, has the dead-letter queue
+            decisions += in_every_pack(
+                "LambdaDLQ",
+                "Invoked synchronously by Step Functions, whose Retry and Catch handle its errors; a Lambda "
+                "dead-letter queue only receives failed asynchronous invocations, so it would stay empty.",
+            )
+        return decisions

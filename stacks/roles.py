@@ -3,6 +3,8 @@ join it when the pipeline exists, each scoped the same way: grants on objects, n
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import ArnFormat, CfnMapping, Fn, Stack
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
@@ -13,6 +15,7 @@ from stacks.source_bundle import TrainingSource
 from stacks.storage import TrainingStorage
 from trainstack import facts
 from trainstack.layout import DATASETS_PREFIX, JOB_WRITABLE_PREFIXES
+from trainstack.naming import training_job_name_prefix
 
 # What SageMaker needs to attach a job's network interfaces in VPC mode; these calls do not
 # support resource-level scoping (see shared/reference/sagemaker-contract.md §3).
@@ -41,8 +44,39 @@ GRANT_ACTION_WILDCARDS = (
 )
 
 
+class ManagedPolicyRole(iam.Role):
+    """An `iam.Role` whose statements, from `add_to_policy` and from every `grant*` method, go into one
+    customer-managed policy attached to it rather than into an inline default policy.
+
+    The statements, and so the privileges, are exactly those the inline policy would hold; a managed
+    policy is an IAM object of its own, versioned and listed on its own, which is what the NIST,
+    HIPAA and PCI packs' IAMNoInlinePolicy asks for. It is created with the first statement (an empty
+    managed policy is invalid) as the role's child, so whatever depends on the role depends on it too.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self._managed_policy: iam.ManagedPolicy | None = None
+
+    @property
+    def managed_policy(self) -> iam.ManagedPolicy | None:
+        """The policy holding the role's statements; None until the first statement."""
+        return self._managed_policy
+
+    def add_to_principal_policy(self, statement: iam.PolicyStatement) -> iam.AddToPrincipalPolicyResult:
+        if self._managed_policy is None:
+            self._managed_policy = iam.ManagedPolicy(self, "Policy", roles=[self])
+        self._managed_policy.add_statements(statement)
+        return iam.AddToPrincipalPolicyResult(statement_added=True, policy_dependable=self._managed_policy)
+
+
 class TrainingRoles(Construct):
-    """Exposes `execution_role`, the role every training job runs as."""
+    """Exposes `execution_role`, the role every training job runs as.
+
+    With `name_prefix`, only training jobs named with the stack's prefix may assume the role (the
+    prefix the pipeline's IAM scoping and job names share); without it, any training job of this
+    account and region.
+    """
 
     def __init__(
         self,
@@ -52,12 +86,21 @@ class TrainingRoles(Construct):
         storage: TrainingStorage,
         source: TrainingSource,
         image_repository: ecr.IRepository | None = None,
+        name_prefix: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        role = iam.Role(
+        # Confused-deputy guard: SageMaker passes the training job's ARN as aws:SourceArn when it
+        # assumes the role, so no other SageMaker resource (or account) can act as this role
+        # (SageMaker Developer Guide, cross-service confused deputy prevention, training jobs).
+        training_jobs = Stack.of(self).format_arn(
+            service="sagemaker",
+            resource="training-job",
+            resource_name=f"{training_job_name_prefix(name_prefix)}*" if name_prefix else "*",
+        )
+        role = ManagedPolicyRole(
             self,
             "SageMakerExecution",
-            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com", conditions={"ArnLike": {"aws:SourceArn": training_jobs}}),
             description="Runs trainstack training jobs: reads datasets and code, writes models, checkpoints and logs",
         )
         self.execution_role = role
@@ -137,7 +180,7 @@ class TrainingRoles(Construct):
             ),
         )
         skip_checkov(
-            role.node.find_child("DefaultPolicy"),
+            role.managed_policy,
             (
                 "CKV_AWS_109",
                 "ec2:CreateNetworkInterfacePermission is required by SageMaker VPC mode and supports only resource '*'.",

@@ -18,6 +18,7 @@ from stacks.settings import StackSettings
 from stacks.source_bundle import TrainingSource
 from stacks.storage import TrainingStorage
 from trainstack.images import default_base_image
+from trainstack.stack_context import DEAD_LETTER_OUTPUT, STOP_FUNCTION_OUTPUT
 
 # Deploy-time singleton handlers that CDK adds for features we use: S3 EventBridge notifications,
 # AwsCustomResource (the S3 prefix-list lookup) and the default security group lockdown.
@@ -70,6 +71,7 @@ class TrainingStack(Stack):
             storage=self.storage,
             source=self.source,
             image_repository=self.image.asset.repository if self.image else None,
+            name_prefix=settings.name_prefix,
         )
 
         self.monitoring = TrainingMonitoring(self, "Monitoring", key=self.storage.key, name_prefix=settings.name_prefix)
@@ -93,7 +95,7 @@ class TrainingStack(Stack):
             default_spec_key=settings.default_spec_key,
             removal_policy=removal,
         )
-        self.monitoring.watch(self.pipeline.state_machine)
+        self.monitoring.watch(self.pipeline.state_machine, dead_letter_queue=self.pipeline.dead_letters)
         self._acknowledge_cdk_handlers()
 
         outputs = {
@@ -101,6 +103,8 @@ class TrainingStack(Stack):
             "TriggerBucketName": self.storage.trigger_bucket.bucket_name,
             "StateMachineArn": self.pipeline.state_machine.state_machine_arn,
             "TopicArn": self.monitoring.topic.topic_arn,
+            DEAD_LETTER_OUTPUT: self.pipeline.dead_letters.queue_url,  # what `trainstack redrive` reads
+            STOP_FUNCTION_OUTPUT: self.pipeline.functions["stop"].function_arn,
         }
         if self.image:
             outputs["TrainingImageUri"] = self.image.asset.image_uri

@@ -51,11 +51,7 @@ class StackContext:
     @classmethod
     def from_outputs_file(cls, path: Path, region: str, stack_name: str | None = None) -> StackContext:
         """Read the file `cdk deploy --outputs-file` writes: {stack name: {output: value}}."""
-        stacks = json.loads(path.read_text())
-        if stack_name is None and len(stacks) != 1:
-            raise ValueError(f"{path} holds the outputs of {', '.join(sorted(stacks))}; name the stack")
-        outputs = stacks[stack_name] if stack_name else next(iter(stacks.values()))
-        return cls.from_outputs(outputs, region)
+        return cls.from_outputs(read_outputs_file(path, stack_name), region)
 
     @classmethod
     def _decode(cls, region: str, raw: Mapping[str, str | None]) -> StackContext:
@@ -106,3 +102,17 @@ FIELDS = (
     _Field("inter_container_encryption", "InterContainerEncryption", "INTER_CONTAINER_ENCRYPTION", kind="flag", required=False),
     _Field("name_prefix", "NamePrefix", "NAME_PREFIX", required=False),
 )
+
+
+# Stack outputs beside the job context's: the dead-letter queue that `trainstack redrive` drains, and
+# the Stop function its Lambda dead letters go back to.
+DEAD_LETTER_OUTPUT = "TriggerDeadLetterQueueUrl"
+STOP_FUNCTION_OUTPUT = "StopFunctionArn"
+
+
+def read_outputs_file(path: Path, stack_name: str | None = None) -> dict[str, str]:
+    """One stack's outputs from the file `cdk deploy --outputs-file` writes: {stack name: {output: value}}."""
+    stacks = json.loads(path.read_text())
+    if stack_name is None and len(stacks) != 1:
+        raise ValueError(f"{path} holds the outputs of {', '.join(sorted(stacks))}; name the stack")
+    return stacks[stack_name] if stack_name else next(iter(stacks.values()))

@@ -6,7 +6,9 @@ duration of `moto_bridges()` only:
   and called in-process with the function's environment, and an exception is reported the way
   Lambda reports it, so the state machine's Retry/Catch match the exception class name.
 - EventBridge: moto matches rules but cannot deliver to Step Functions or (here) Lambda; a matched
-  rule starts the execution with the event as input, or invokes the function asynchronously.
+  rule starts the execution with the event as input, or invokes the function asynchronously. A
+  StartExecution that fails puts the event into the target's dead-letter queue at once, with
+  EventBridge's message attributes (its 24 hours of retries are not emulated).
 - Step Functions: an execution that ends emits the "Step Functions Execution Status Change" event
   (StopExecution: ABORTED; the interpreter's end: SUCCEEDED, FAILED, TIMED_OUT) that the stack's
   rule sends to the Stop function.
@@ -29,6 +31,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import boto3
+from botocore.exceptions import ClientError
 
 from trainstack_local.registry import ImageNotFoundError
 from trainstack_local.sagemaker_twin import SageMakerTwin
@@ -115,9 +118,12 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
         for target in self.targets:
             if ":states:" in target["Arn"]:
                 name = f"s3-{int(time.time() * 1000)}-{abs(hash(payload)) % 10**8}"
-                boto3.client("stepfunctions", region_name=region).start_execution(
-                    stateMachineArn=target["Arn"], name=name, input=payload
-                )
+                try:
+                    boto3.client("stepfunctions", region_name=region).start_execution(
+                        stateMachineArn=target["Arn"], name=name, input=payload
+                    )
+                except ClientError as error:  # past EventBridge's retries (not emulated): the target's DLQ
+                    dead_letter(self.arn, target, payload, error)
             elif ":lambda:" in target["Arn"]:  # EventBridge invokes functions asynchronously
                 threading.Thread(
                     target=lambda arn=target["Arn"]: boto3.client("lambda", region_name=region).invoke(
@@ -125,6 +131,25 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
                     ),
                     daemon=True,
                 ).start()
+
+    def dead_letter(rule_arn: str, target: dict[str, Any], payload: str, error: ClientError) -> None:
+        """Where EventBridge puts an event it could not deliver: the target's DLQ, with the attributes
+        EventBridge sets (the event itself as the body, so it can be redriven as it was)."""
+        queue_arn = target.get("DeadLetterConfig", {}).get("Arn")
+        if not queue_arn:
+            return  # EventBridge drops it
+        sqs = boto3.client("sqs", region_name=region)
+        attributes = {
+            "RULE_ARN": rule_arn,
+            "TARGET_ARN": target["Arn"],
+            "ERROR_CODE": error.response["Error"]["Code"],
+            "ERROR_MESSAGE": error.response["Error"].get("Message", ""),
+        }
+        sqs.send_message(
+            QueueUrl=sqs.get_queue_url(QueueName=queue_arn.rsplit(":", 1)[1])["QueueUrl"],
+            MessageBody=payload,
+            MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()},
+        )
 
     def create(self: Any) -> Any:
         name = self._get_param("TrainingJobName")

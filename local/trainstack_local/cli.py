@@ -4,6 +4,7 @@
     trainstack render job.yaml --json            # the request, validated by botocore's own model
     trainstack render job.yaml --outputs cdk-outputs.json   # real stack values (cdk deploy --outputs-file)
     trainstack schema > job.schema.json          # JSON Schema for editors
+    trainstack redrive --outputs cdk-outputs.json  # deliver the events the trigger dead-letter queue holds
 
 Offline: without --outputs the stack's values are marked placeholders, and a ShardedByS3Key
 channel's object count is checked when the pipeline validates the spec (or here with --check-s3,
@@ -24,7 +25,8 @@ from trainstack.request import build_request, validate_request
 from trainstack.rules import SpecRejectedError, check_or_raise
 from trainstack.s3uri import count_objects
 from trainstack.spec import SpecError, json_schema, load_spec
-from trainstack.stack_context import StackContext
+from trainstack.stack_context import DEAD_LETTER_OUTPUT, STOP_FUNCTION_OUTPUT, StackContext, read_outputs_file
+from trainstack_local.redrive import redrive
 
 PLACEHOLDER = "PLACEHOLDER"
 
@@ -64,11 +66,16 @@ def main(argv: list[str] | None = None) -> int:
         else:
             command.add_argument("--region", help="also check that the framework image exists in this region")
     commands.add_parser("schema")
+    redrive_command = commands.add_parser("redrive", help="deliver the events EventBridge could not (needs credentials)")
+    redrive_command.add_argument("--outputs", type=Path, required=True, help="cdk deploy --outputs-file JSON")
+    redrive_command.add_argument("--stack", help="the stack's name, when the file holds several")
     args = parser.parse_args(argv)
 
     if args.command == "schema":
         print(json.dumps(json_schema(), indent=2))
         return 0
+    if args.command == "redrive":
+        return _redrive(args.outputs, args.stack)
     try:
         spec = load_spec(args.spec.read_text(), str(args.spec))
         plan = check_or_raise(spec, s3_object_counter() if args.check_s3 else None, args.region)
@@ -93,6 +100,20 @@ def main(argv: list[str] | None = None) -> int:
     if not args.outputs:
         print(f"note: values marked {PLACEHOLDER} come from the deployed stack; pass --outputs cdk-outputs.json", file=sys.stderr)
     return 0
+
+
+def _redrive(outputs: Path, stack_name: str | None) -> int:
+    import boto3
+
+    values = read_outputs_file(outputs, stack_name)
+    if DEAD_LETTER_OUTPUT not in values:
+        print(f"{outputs}: no {DEAD_LETTER_OUTPUT}; deploy the stack with this version first", file=sys.stderr)
+        return 1
+    result = redrive(values[DEAD_LETTER_OUTPUT], boto3.client, values.get(STOP_FUNCTION_OUTPUT, ""))
+    print(f"redrive: {len(result.delivered)} event(s) delivered, {len(result.kept)} kept in the queue")
+    for line in result.kept:
+        print(f"redrive: kept {line}", file=sys.stderr)
+    return 1 if result.kept else 0
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import boto3
 
 from trainstack.entrypoint import ENTRY_FILE
 from trainstack.handlers.environment import lambda_variables
-from trainstack.stack_context import StackContext
+from trainstack.stack_context import DEAD_LETTER_OUTPUT, STOP_FUNCTION_OUTPUT, StackContext
 from trainstack_local.bridges import ApiFaults, moto_bridges
 from trainstack_local.definition import function_logical_ids, render_definition
 from trainstack_local.registry import ImageRegistry
@@ -38,6 +38,7 @@ LOCAL_ENVIRONMENT = {
     "AWS_REGION": REGION,
     "AWS_EC2_METADATA_DISABLED": "true",
 }
+DEAD_LETTER_QUEUE = "trainstack-local-dead-letters"
 PSEUDO = {"AWS::Partition": "aws", "AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::URLSuffix": "amazonaws.com"}
 
 
@@ -153,6 +154,11 @@ def _create_resources(template: dict[str, Any], stack: LocalStack, files: Traini
         TriggerBucketName=stack.trigger_bucket, StateMachineArn=stack.state_machine_arn, TopicArn=stack.topic_arn
     )
 
+    dead_letters = _dead_letter_queue(template)
+    queue_url = boto3.client("sqs", region_name=REGION).create_queue(QueueName=DEAD_LETTER_QUEUE)["QueueUrl"]
+    stack.outputs[DEAD_LETTER_OUTPUT] = queue_url
+    stack.outputs[STOP_FUNCTION_OUTPUT] = arns[function_logical_ids(template)["stop"]]
+    queue_arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{DEAD_LETTER_QUEUE}"
     events = boto3.client("events", region_name=REGION)
     references = {
         json.dumps({"Ref": _trigger_bucket_id(template)}): json.dumps(stack.trigger_bucket),
@@ -162,18 +168,22 @@ def _create_resources(template: dict[str, Any], stack: LocalStack, files: Traini
         properties = resource.get("Properties", {})
         if resource["Type"] != "AWS::Events::Rule" or "EventPattern" not in properties:
             continue
-        targets = [
-            _resolve_target(t.get("Arn"), arns, _state_machine_id(template), stack.state_machine_arn)
-            for t in properties.get("Targets", [])
-        ]
-        targets = [t for t in targets if t]
-        if not targets:  # e.g. the notification topic: nothing to emulate
+        targets = []
+        for declared in properties.get("Targets", []):
+            arn = _resolve_target(declared.get("Arn"), arns, _state_machine_id(template), stack.state_machine_arn)
+            if arn is None:  # e.g. the notification topic: nothing to emulate
+                continue
+            target = {"Id": f"t{len(targets)}", "Arn": arn}
+            if declared.get("DeadLetterConfig", {}).get("Arn") == {"Fn::GetAtt": [dead_letters, "Arn"]}:
+                target["DeadLetterConfig"] = {"Arn": queue_arn}
+            targets.append(target)
+        if not targets:
             continue
         pattern = json.dumps(properties["EventPattern"])
         for reference, value in references.items():
             pattern = pattern.replace(reference, value)
         events.put_rule(Name=logical_id, EventPattern=pattern)
-        events.put_targets(Rule=logical_id, Targets=[{"Id": f"t{i}", "Arn": arn} for i, arn in enumerate(targets)])
+        events.put_targets(Rule=logical_id, Targets=targets)
 
 
 def _resolve_target(arn: Any, function_arns: dict[str, str], state_machine_id: str, state_machine_arn: str) -> str | None:
@@ -183,6 +193,10 @@ def _resolve_target(arn: Any, function_arns: dict[str, str], state_machine_id: s
     if arn.get("Ref") == state_machine_id:
         return state_machine_arn
     return function_arns.get(arn.get("Fn::GetAtt", [""])[0])
+
+
+def _dead_letter_queue(template: dict[str, Any]) -> str:
+    return next(k for k, r in template["Resources"].items() if r["Type"] == "AWS::SQS::Queue" and "DeadLetters" in k)
 
 
 def _trigger_bucket_id(template: dict[str, Any]) -> str:

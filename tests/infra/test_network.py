@@ -150,3 +150,34 @@ def test_availability_zone_ids_pin_subnets_by_id_not_name():
 def test_explicit_account_and_region_synthesize_without_an_availability_zone_lookup(all_options_stack):
     manifest = (all_options_stack.directory / "manifest.json").read_text()
     assert '"missing"' not in manifest
+
+
+def test_flow_logs_role_is_assumed_only_by_flow_logs_of_this_account(default_stack):
+    (role,) = [r for k, r in default_stack.resources("AWS::IAM::Role").items() if k.startswith("NetworkFlowLogRole")]
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "vpc-flow-logs.amazonaws.com"}
+    assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    assert ":vpc-flow-log/*" in str(statement["Condition"]["ArnLike"]["aws:SourceArn"])
+
+
+def test_network_roles_keep_their_permissions_in_managed_policies_not_inline(default_stack):
+    inline = [k for k in default_stack.resources("AWS::IAM::Policy") if k.startswith("Network")]
+    managed = [k for k in default_stack.resources("AWS::IAM::ManagedPolicy") if k.startswith("Network")]
+    assert inline == []
+    assert len(managed) == 2  # the flow-logs role's and the prefix-list lookup's
+
+
+def test_the_prefix_list_lookup_logs_to_an_encrypted_group_that_expires(default_stack):
+    (handler,) = [
+        r["Properties"]
+        for r in default_stack.resources("AWS::Lambda::Function").values()
+        if "NetworkS3PrefixListRole" in str(r["Properties"]["Role"])
+    ]
+    log_group = default_stack.json["Resources"][handler["LoggingConfig"]["LogGroup"]["Ref"]]["Properties"]
+    assert "KmsKeyId" in log_group and log_group["RetentionInDays"] == 365
+
+
+def test_public_subnets_for_the_nat_gateway_give_nothing_a_public_address(all_options_stack):
+    public = [r["Properties"] for k, r in all_options_stack.resources("AWS::EC2::Subnet").items() if "publicSubnet" in k]
+    assert len(public) == 2
+    assert all(subnet["MapPublicIpOnLaunch"] is False for subnet in public)

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 from aws_cdk.assertions import Match
 
+from stacks.lambda_asset import LAMBDA_PYTHON
 from tests.synth import synthesize
 from trainstack.stack_context import FIELDS
 from trainstack_local.definition import render_definition
@@ -140,7 +141,7 @@ def test_every_notification_task_has_a_catch_so_the_run_still_ends(definition):
 def test_failed_executions_and_failed_training_jobs_reach_the_encrypted_topic(default_stack):
     default_stack.template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
     metrics = {r["Properties"]["MetricName"] for r in default_stack.resources("AWS::CloudWatch::Alarm").values()}
-    assert metrics == {"ExecutionsFailed", "ExecutionsTimedOut"}
+    assert metrics == {"ExecutionsFailed", "ExecutionsTimedOut", "ApproximateNumberOfMessagesVisible"}
     default_stack.template.has_resource_properties(
         "AWS::Events::Rule",
         {
@@ -154,7 +155,7 @@ def test_failed_executions_and_failed_training_jobs_reach_the_encrypted_topic(de
     )
 
 
-def test_lambdas_run_the_latest_python_traced_with_encrypted_environment(default_stack):
+def test_lambdas_run_the_python_the_asset_is_built_and_tested_for_traced_with_encrypted_environment(default_stack):
     ours = [
         r["Properties"]
         for r in default_stack.resources("AWS::Lambda::Function").values()
@@ -162,14 +163,14 @@ def test_lambdas_run_the_latest_python_traced_with_encrypted_environment(default
     ]
     assert len(ours) == 5
     for function in ours:
-        assert (function["Runtime"], function["TracingConfig"]) == ("python3.14", {"Mode": "Active"})
+        assert (function["Runtime"], function["TracingConfig"]) == (f"python{LAMBDA_PYTHON}", {"Mode": "Active"})
         assert "KmsKeyArn" in function
 
 
 def test_create_may_pass_only_the_execution_role_and_only_to_sagemaker(default_stack):
     statements = [
         s
-        for k, p in default_stack.resources("AWS::IAM::Policy").items()
+        for k, p in default_stack.resources("AWS::IAM::ManagedPolicy").items()
         if k.startswith("PipelineCreateRole")
         for s in p["Properties"]["PolicyDocument"]["Statement"]
     ]
@@ -194,7 +195,7 @@ def test_job_name_prefix_follows_the_name_prefix_setting():
     stack = synthesize(name_prefix="team-a")
     statements = [
         s
-        for k, p in stack.resources("AWS::IAM::Policy").items()
+        for k, p in stack.resources("AWS::IAM::ManagedPolicy").items()
         if k.startswith("PipelineCreateRole")
         for s in p["Properties"]["PolicyDocument"]["Statement"]
     ]
@@ -213,3 +214,26 @@ def test_the_definition_passes_asl_validator(definition, tmp_path):
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_event_target_retries_for_a_day_then_keeps_the_event_in_an_encrypted_dead_letter_queue(default_stack):
+    (queue_id,) = default_stack.resources("AWS::SQS::Queue")
+    assert "KmsMasterKeyId" in default_stack.json["Resources"][queue_id]["Properties"]
+    rules = default_stack.resources("AWS::Events::Rule").values()
+    targets = [t for rule in rules for t in rule["Properties"]["Targets"]]
+    assert len(targets) == 4  # spec uploads, data drops, ended executions, failed training jobs
+    for target in targets:
+        assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [queue_id, "Arn"]}}
+        assert target["RetryPolicy"] == {"MaximumRetryAttempts": 185, "MaximumEventAgeInSeconds": 86400}
+
+
+def test_an_event_in_the_dead_letter_queue_raises_an_alarm_on_the_topic(default_stack):
+    (queue_id,) = default_stack.resources("AWS::SQS::Queue")
+    (alarm,) = [
+        a["Properties"]
+        for a in default_stack.resources("AWS::CloudWatch::Alarm").values()
+        if a["Properties"]["MetricName"] == "ApproximateNumberOfMessagesVisible"
+    ]
+    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id, "QueueName"]}}]
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    assert alarm["AlarmActions"] and all("Ref" in action for action in alarm["AlarmActions"])

@@ -11,7 +11,7 @@ ACTIONS_THAT_NEED_RESOURCE_STAR = {"ecr:GetAuthorizationToken", "cloudwatch:PutM
 
 
 def _statements(stack):
-    for logical_id, policy in {**stack.resources("AWS::IAM::Policy")}.items():
+    for logical_id, policy in {**stack.resources("AWS::IAM::Policy"), **stack.resources("AWS::IAM::ManagedPolicy")}.items():
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
             yield logical_id, statement
 
@@ -24,11 +24,33 @@ def _execution_statements(stack):
     return [s for logical_id, s in _statements(stack) if logical_id.startswith("RolesSageMakerExecution")]
 
 
+def _execution_role(stack) -> tuple[str, dict]:
+    return next((k, r) for k, r in stack.resources("AWS::IAM::Role").items() if k.startswith("RolesSageMakerExecution"))
+
+
 def test_execution_role_is_assumed_only_by_sagemaker(default_stack):
-    role = next(r for k, r in default_stack.resources("AWS::IAM::Role").items() if k.startswith("RolesSageMakerExecution"))
+    _, role = _execution_role(default_stack)
     (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert statement["Principal"] == {"Service": "sagemaker.amazonaws.com"}
     assert "ManagedPolicyArns" not in role["Properties"]
+
+
+def test_execution_role_is_assumed_only_for_this_stacks_training_jobs_in_its_account_and_region(all_options_stack):
+    _, role = _execution_role(all_options_stack)
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Condition"] == {
+        "ArnLike": {"aws:SourceArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/trainstack-*"}
+    }
+
+
+def test_execution_role_permissions_are_one_customer_managed_policy_attached_to_it_alone(default_stack):
+    logical_id, role = _execution_role(default_stack)
+    assert "Policies" not in role["Properties"]
+    assert not [k for k in default_stack.resources("AWS::IAM::Policy") if k.startswith("RolesSageMakerExecution")]
+    (policy,) = [
+        p for k, p in default_stack.resources("AWS::IAM::ManagedPolicy").items() if k.startswith("RolesSageMakerExecution")
+    ]
+    assert policy["Properties"]["Roles"] == [{"Ref": logical_id}]
 
 
 def test_no_policy_in_the_stack_grants_every_action_of_a_service(all_options_stack):

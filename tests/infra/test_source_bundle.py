@@ -69,7 +69,7 @@ def test_stack_publishes_the_container_entry_as_a_python_file_asset_and_outputs_
 def test_the_execution_role_reads_exactly_the_code_tarball_and_the_container_entry_from_the_asset_bucket(default_stack):
     statements = {
         statement.get("Sid"): statement
-        for logical_id, policy in default_stack.resources("AWS::IAM::Policy").items()
+        for logical_id, policy in default_stack.resources("AWS::IAM::ManagedPolicy").items()
         if logical_id.startswith("RolesSageMakerExecution")
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]
     }

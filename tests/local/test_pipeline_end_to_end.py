@@ -9,8 +9,11 @@ import boto3
 import pytest
 import yaml
 
+from trainstack.stack_context import DEAD_LETTER_OUTPUT
+from trainstack_local import cli
 from trainstack_local.emulator import ACCOUNT, REGION, local_aws, training_files
 from trainstack_local.pipeline import executions, finish, training_jobs, upload_sample_data, wait_for_new_executions
+from trainstack_local.sagemaker_twin import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -188,3 +191,26 @@ def test_a_failing_trial_fails_the_run_while_the_other_trials_complete(pipeline)
     assert statuses == {"-t0": "Completed", "-t1": "Failed"}
     assert "-t1: Failed: " in run.cause and "unknown hyperparameter 'max_step'" in run.cause
     assert "-t0" not in run.cause
+
+
+def test_an_upload_whose_run_cannot_start_waits_in_the_dead_letter_queue_until_redriven(pipeline, tmp_path, capsys):
+    stack, _ = pipeline
+    stack.faults.inject("stepfunctions", "StartExecution", "ExecutionLimitExceeded", "too many executions")
+    put(stack, "jobs/e2e.yaml", job())
+    sqs = boto3.client("sqs", region_name=REGION)
+    queue = stack.outputs[DEAD_LETTER_OUTPUT]
+    wait_for(lambda: _queued(sqs, queue) == 1, timeout=30, what="the event in the dead-letter queue")
+    assert executions(stack) == []
+    stack.faults.clear()
+    outputs = tmp_path / "cdk-outputs.json"
+    outputs.write_text(json.dumps({"trainstack": stack.outputs}))
+    assert cli.main(["redrive", "--outputs", str(outputs)]) == 0
+    assert "1 event(s) delivered, 0 kept" in capsys.readouterr().out
+    (execution,) = wait_for_new_executions(stack, known=0)
+    assert finish(execution).status == "SUCCEEDED"
+    assert _queued(sqs, queue) == 0 and len(training_jobs()) == 1
+
+
+def _queued(sqs, queue_url: str) -> int:
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])
+    return int(attributes["Attributes"]["ApproximateNumberOfMessages"])

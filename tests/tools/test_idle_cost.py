@@ -15,8 +15,9 @@ PRICES = json.loads(DEFAULT_PRICES.read_text())
 def test_default_stack_costs_at_most_two_dollars_a_month_idle(default_stack):
     cost = idle_cost(default_stack.json, PRICES)
     assert cost.monthly_total <= 2.00
-    # Only the key and the two execution alarms cost anything while idle: no NAT, no endpoints.
-    assert {item.resource_type: item.quantity for item in cost.items} == {"AWS::KMS::Key": 1, "AWS::CloudWatch::Alarm": 2}
+    # Only the key and three alarms (failed and timed-out executions, undelivered events) cost anything
+    # while idle: no NAT, no endpoints; an empty queue costs nothing.
+    assert {item.resource_type: item.quantity for item in cost.items} == {"AWS::KMS::Key": 1, "AWS::CloudWatch::Alarm": 3}
 
 
 def test_nat_and_interface_endpoints_are_priced_per_gateway_and_per_az():

@@ -1,0 +1,86 @@
+"""The Lambda as shipped: the built asset (its compiled pydantic_core included) imported by the
+runtime's own Python with only boto3 beside it, every handler invoked against moto."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from stacks.lambda_asset import LAMBDA_PYTHON, ROOT, build_lambda_asset
+from tests.core.specs import DDP
+from trainstack.handlers.environment import lambda_variables
+from trainstack.stack_context import StackContext
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+DRIVER = Path(__file__).with_name("shipped_lambda_driver.py")
+
+
+def _interpreter() -> str:
+    """The runtime's Python: pyenv's, or one on PATH that runs (a pyenv shim may not). Missing is a
+    failure that says how to get it, never a skip."""
+    candidates = [str(p) for p in sorted(Path.home().glob(f".pyenv/versions/{LAMBDA_PYTHON}.*/bin/python"))]
+    candidates += [found] if (found := shutil.which(f"python{LAMBDA_PYTHON}")) else []
+    for candidate in candidates:
+        if subprocess.run([candidate, "--version"], capture_output=True).returncode == 0:
+            return candidate
+    pytest.fail(f"no Python {LAMBDA_PYTHON} to run the Lambda asset with: `pyenv install {LAMBDA_PYTHON}`")
+
+
+def _pins(*names: str) -> list[str]:
+    """The pinned requirements of these packages, as the main venv pins them (pyproject.toml)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    every = project["dependencies"] + [d for group in project["optional-dependencies"].values() for d in group]
+    return [d for d in every if re.split(r"[\[=]", d)[0] in names]
+
+
+@pytest.fixture(scope="module")
+def runtime_python(tmp_path_factory) -> Path:
+    """A venv of the runtime's Python holding only boto3 (the runtime ships it) and moto."""
+    venv = tmp_path_factory.mktemp("lambda-runtime") / "venv"
+    subprocess.run([_interpreter(), "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *_pins("boto3", "moto")], check=True)
+    return python
+
+
+@pytest.fixture(scope="module")
+def shipped(runtime_python) -> dict:
+    asset = build_lambda_asset()
+    stack = StackContext(
+        region="us-east-1",
+        role_arn="arn:aws:iam::123456789012:role/exec",
+        artifacts_bucket="artifacts",
+        key_arn="arn:aws:kms:us-east-1:123456789012:key/k",
+        subnet_ids=("subnet-1",),
+        security_group_ids=("sg-1",),
+        source_s3_uri="s3://assets/source.tar.gz",
+        entry_s3_uri="s3://assets/entry.py",
+    )
+    payload = {"environment": lambda_variables(stack, topic_arn="set-by-the-driver"), "spec": {**DDP, "inputs": {}}}
+    result = subprocess.run(
+        [str(runtime_python), str(DRIVER), str(asset)], input=json.dumps(payload), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_shipped_asset_runs_on_the_lambda_runtimes_python(shipped):
+    assert shipped["python"] == LAMBDA_PYTHON != f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def test_the_shipped_asset_uses_its_own_compiled_pydantic_core(shipped):
+    assert Path(shipped["pydantic_core"]).is_relative_to(build_lambda_asset())
+
+
+def test_every_handler_of_the_shipped_asset_runs_against_moto(shipped):
+    assert (shipped["trials"], shipped["created"]) == (1, True)
+    assert shipped["described"] == shipped["job_name"]
+    assert shipped["notified"] == {"status": "Completed", "reason": "all trials completed", "notified": True}
+    assert shipped["stopped"] == []  # moto's job is not InProgress: nothing to stop
