@@ -38,7 +38,17 @@ from trainstack.handlers.environment import lambda_variables
 from trainstack.layout import DATASETS_PREFIX, JOBS_PREFIX
 from trainstack.naming import training_job_name_prefix
 from trainstack.stack_context import StackContext
-from trainstack.workflow import CAPACITY_RETRIES, COMPLETED, DATA_MARKER, ENDED_EARLY, NOT_STARTED, RUNNING, UNWATCHED
+from trainstack.workflow import (
+    CAPACITY_RETRIES,
+    COMPLETED,
+    DATA_MARKER,
+    DEADLINE_PASSED,
+    ENDED_EARLY,
+    NOT_STARTED,
+    RUNNING,
+    STEP_FUNCTIONS_MAX_SECONDS,
+    UNWATCHED,
+)
 
 HANDLERS = ("validate", "create", "describe", "notify", "stop")
 LAMBDA_TRANSIENT = [
@@ -47,8 +57,10 @@ LAMBDA_TRANSIENT = [
     "Lambda.SdkClientException",
     "Lambda.TooManyRequestsException",
 ]
-# Longer than any job can run (MaxWait is at most 28 days) plus capacity retries and polling.
-EXECUTION_TIMEOUT = Duration.days(30)
+# Each run is bounded by its own deadline (Validate derives it from the spec; the trial loop checks
+# it), so the state machine's timeout is the longest Step Functions allows, never a guess that
+# would abort a long sweep.
+EXECUTION_TIMEOUT = Duration.seconds(STEP_FUNCTIONS_MAX_SECONDS)
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 DEAD_LETTER_RETENTION = Duration.days(14)  # SQS's maximum: time to notice the alarm and redrive
 
@@ -256,6 +268,7 @@ class TrainingPipeline(Construct):
                 "trial": sfn.JsonPath.object_at("$.trial"),
                 "trial_count": sfn.JsonPath.number_at("$.trial_count"),
                 "attempt": sfn.JsonPath.math_add(sfn.JsonPath.number_at("$.attempt"), 1),
+                "deadline": sfn.JsonPath.string_at("$.deadline"),
                 "job": sfn.JsonPath.object_at("$.job"),
             },
         )
@@ -267,7 +280,30 @@ class TrainingPipeline(Construct):
             sfn.Condition.boolean_equals("$.job.capacity_failure", True),
             sfn.Condition.number_less_than("$.attempt", CAPACITY_RETRIES),
         )
-        status = sfn.Choice(self, "JobStatus").when(running, wait).when(retry_capacity, next_attempt).otherwise(trial_finished)
+        # Still running past the run's deadline: the trial ends, the run fails and its Stop rule stops the job.
+        deadline_passed = sfn.Pass(
+            self,
+            "TrialDeadlinePassed",
+            parameters={
+                "status": DEADLINE_PASSED,
+                "job_name": sfn.JsonPath.string_at("$.job.job_name"),
+                "failure_reason": sfn.JsonPath.format(
+                    "still {} when the run's deadline {} passed; stopped with the run",
+                    sfn.JsonPath.string_at("$.job.status"),
+                    sfn.JsonPath.string_at("$.deadline"),
+                ),
+            },
+        )
+        past_deadline = sfn.Condition.and_(
+            running, sfn.Condition.timestamp_greater_than_json_path("$$.State.EnteredTime", "$.deadline")
+        )
+        status = (
+            sfn.Choice(self, "JobStatus")
+            .when(past_deadline, deadline_passed)
+            .when(running, wait)
+            .when(retry_capacity, next_attempt)
+            .otherwise(trial_finished)
+        )
         trial = create.next(wait).next(describe).next(status)
 
         run = sfn.Map(
@@ -281,6 +317,7 @@ class TrainingPipeline(Construct):
                 "trial_count": sfn.JsonPath.number_at("$.trial_count"),
                 "trial": sfn.JsonPath.object_at("$$.Map.Item.Value"),
                 "attempt": 0,
+                "deadline": sfn.JsonPath.string_at("$.deadline"),
             },
             result_path="$.results",
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from trainstack.spec import JobSpec
@@ -25,8 +26,15 @@ FAILED = "Failed"
 REJECTED = "Rejected"  # the spec was refused before anything launched
 NOT_STARTED = "NotStarted"  # Create gave up (capacity, quota) or failed
 UNWATCHED = "Unwatched"  # the job could no longer be described; the failed run's Stop rule stops it
+DEADLINE_PASSED = "DeadlinePassed"  # the job still ran when the run's deadline passed; stopped likewise
 # Execution statuses whose run must not leave jobs running (the Stop function's rule).
 ENDED_EARLY = ("ABORTED", "TIMED_OUT", "FAILED")
+# The longest a Standard Step Functions execution may run: the state machine's own timeout, so that
+# each run is bounded by its deadline (run_deadline_seconds), not by a fixed guess.
+STEP_FUNCTIONS_MAX_SECONDS = 365 * 86400
+# Per job attempt beyond its training time: provisioning, image pull, channel download, model upload.
+JOB_OVERHEAD_SECONDS = 3600
+CREATE_RETRY_SECONDS = (5 + 10 + 20 + 40 + 80) + (5 + 10 + 20 + 40) * 60  # throttling, then capacity (pipeline.py)
 # What SNS accepts as a Subject: printable ASCII without line breaks, under 100 characters.
 SUBJECT_MAX = 99
 
@@ -132,3 +140,27 @@ def notification_subject(status: str, reason: str) -> str:
     text = re.sub(r"[^\x20-\x7e]+", " ", f"trainstack run {status}: {reason}")
     text = re.sub(r" {2,}", " ", text).strip()
     return text if len(text) <= SUBJECT_MAX else text[: SUBJECT_MAX - 3].rstrip() + "..."
+
+
+def run_deadline_seconds(spec: JobSpec, trial_count: int) -> int:
+    """The longest a run of this spec can legitimately take, end to end: its trials in waves of
+    `max_concurrency`, each trial at its worst — Create's retries, every capacity re-creation with
+    its wait, then one job that trains for its whole MaxWait (spot) or MaxRuntime on each of
+    SageMaker's own retries, and a last poll. Past it, the run is stuck: it fails and its jobs stop."""
+    concurrency = spec.sweep.max_concurrency if spec.sweep else 1
+    waves = -(-trial_count // concurrency)
+    job_seconds = (spec.spot.max_wait or spec.max_runtime) if spec.spot.enabled else spec.max_runtime
+    capacity_waits = sum(capacity_wait_seconds(attempt) for attempt in range(CAPACITY_RETRIES))
+    per_trial = (
+        CREATE_RETRY_SECONDS
+        + capacity_waits
+        + CAPACITY_RETRIES * JOB_OVERHEAD_SECONDS  # re-created attempts that failed for capacity
+        + (spec.retry_attempts + 1) * (job_seconds + JOB_OVERHEAD_SECONDS)
+        + MAX_POLL_SECONDS
+    )
+    return waves * per_trial
+
+
+def deadline(started: datetime, seconds: int) -> str:
+    """The run's deadline as Step Functions compares timestamps (RFC 3339, UTC)."""
+    return (started + timedelta(seconds=seconds)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -18,6 +19,7 @@ from trainstack.identity import Run
 from trainstack.request import build_request
 from trainstack.rules import check_or_raise
 from trainstack.spec import parse_spec
+from trainstack.workflow import run_deadline_seconds
 
 ENVIRONMENT = {
     "AWS_REGION": "us-east-1",
@@ -207,3 +209,32 @@ def test_describe_turns_throttling_into_the_retried_error(stubbed):
     )
     with pytest.raises(ThrottledError, match="trainstack-x: Rate exceeded"):
         describe.handler({"job_name": "trainstack-x", "poll_seconds": 60})
+
+
+def _inline(spec: dict) -> dict:
+    return {"input": {"spec": spec}, "execution": "e"}
+
+
+def test_validate_gives_the_run_a_deadline_its_spec_allows(stubbed):
+    spec = {**DDP, "inputs": {}, "spot": {"enabled": False}, "max_runtime": "2h"}
+    started = datetime.now(UTC)
+    result = validate.handler(_inline(spec))
+    deadline = datetime.strptime(result["deadline"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    expected = run_deadline_seconds(parse_spec(spec), 1)
+    assert 2 * 3600 < expected < 2 * 86400  # two hours of training and the worst of retries, not 30 days
+    assert abs((deadline - started).total_seconds() - expected) < 5
+
+
+def test_validate_refuses_a_sweep_that_could_outlast_an_execution(stubbed):
+    trials = [{"lr": 1e-4 * (i + 1)} for i in range(20)]
+    spec = {
+        **DDP,
+        "inputs": {},
+        "max_runtime": "28d",
+        "spot": {"enabled": False},
+        "sweep": {"max_concurrency": 1, "trials": trials},
+    }
+    with pytest.raises(
+        SpecInvalidError, match=r"sweep = 20 trials at max_concurrency 1 may take up to \d+ days.*raise max_concurrency"
+    ):
+        validate.handler(_inline(spec))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainstack.workflow import SUBJECT_MAX, notification_subject
+from tests.core.specs import DDP
+from trainstack.spec import parse_spec
+from trainstack.workflow import SUBJECT_MAX, notification_subject, run_deadline_seconds
 
 
 def test_a_notification_subject_never_carries_line_breaks_or_control_characters():
@@ -21,3 +23,26 @@ def test_a_notification_subject_stays_under_snss_limit(length):
     subject = notification_subject("Failed", "x" * length)
     assert len(subject) <= SUBJECT_MAX < 100
     assert subject.endswith("...") == (len("trainstack run Failed: ") + length > SUBJECT_MAX)
+
+
+def _spec(**fields: object):
+    return parse_spec({**DDP, "spot": {"enabled": False}, **fields})
+
+
+def test_a_run_deadline_grows_with_the_jobs_own_limits():
+    assert run_deadline_seconds(_spec(max_runtime="48h"), 1) - run_deadline_seconds(_spec(max_runtime="24h"), 1) == 86400
+
+
+def test_a_spot_jobs_deadline_counts_its_whole_max_wait():
+    spot = _spec(max_runtime="24h", spot={"enabled": True, "max_wait": "72h"})
+    assert run_deadline_seconds(spot, 1) - run_deadline_seconds(_spec(max_runtime="24h"), 1) == 2 * 86400
+
+
+def test_a_sweep_deadline_counts_its_trials_in_waves_of_max_concurrency():
+    one = run_deadline_seconds(_spec(), 1)
+    sweep = _spec(sweep={"max_concurrency": 2, "trials": [{}, {}, {}]})
+    assert run_deadline_seconds(sweep, 3) == 2 * one  # 3 trials, 2 at a time: two waves
+
+
+def test_sagemakers_own_retries_each_get_the_whole_runtime():
+    assert run_deadline_seconds(_spec(retry_attempts=2), 1) - run_deadline_seconds(_spec(), 1) == 2 * (86400 + 3600)

@@ -12,6 +12,7 @@ from aws_cdk.assertions import Match
 from stacks.lambda_asset import LAMBDA_PYTHON
 from tests.synth import synthesize
 from trainstack.stack_context import FIELDS
+from trainstack.workflow import STEP_FUNCTIONS_MAX_SECONDS
 from trainstack_local.definition import render_definition
 
 
@@ -56,16 +57,15 @@ def test_capacity_refusals_are_retried_with_bounded_backoff_then_reported(defini
 
 def test_every_job_status_is_handled(definition):
     choice = _states(definition)["JobStatus"]
-    looped = {c["StringEquals"] for c in choice["Choices"][0]["Or"]}
-    assert (looped, choice["Choices"][0]["Next"]) == ({"InProgress", "Stopping"}, "WaitForJob")
+    (loop,) = [c for c in choice["Choices"] if c["Next"] == "WaitForJob"]
+    assert {c["StringEquals"] for c in loop["Or"]} == {"InProgress", "Stopping"}
     assert choice["Default"] == "TrialFinished"  # Completed, Failed, Stopped end the trial with their status
     assert _states(definition)["WaitForJob"]["SecondsPath"] == "$.job.poll_seconds"
 
 
 def test_a_job_that_failed_for_capacity_is_created_again_a_bounded_number_of_times(definition):
     states = _states(definition)
-    retry = states["JobStatus"]["Choices"][1]
-    assert retry["Next"] == "NextAttempt"
+    (retry,) = [c for c in states["JobStatus"]["Choices"] if c["Next"] == "NextAttempt"]
     assert {"Variable": "$.job.capacity_failure", "BooleanEquals": True} in retry["And"]
     assert {"Variable": "$.attempt", "NumericLessThan": 3} in retry["And"]
     assert states["NextAttempt"]["Parameters"]["attempt.$"] == "States.MathAdd($.attempt, 1)"
@@ -237,3 +237,19 @@ def test_an_event_in_the_dead_letter_queue_raises_an_alarm_on_the_topic(default_
     assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id, "QueueName"]}}]
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
     assert alarm["AlarmActions"] and all("Ref" in action for action in alarm["AlarmActions"])
+
+
+def test_a_trial_still_running_past_the_runs_deadline_ends_and_fails_the_run(definition):
+    trial = definition["States"]["RunTrials"]["ItemProcessor"]["States"]
+    first = trial["JobStatus"]["Choices"][0]
+    assert {"Variable": "$$.State.EnteredTime", "TimestampGreaterThanPath": "$.deadline"} in first["And"]
+    assert first["Next"] == "TrialDeadlinePassed" and trial["TrialDeadlinePassed"]["Parameters"]["status"] == "DeadlinePassed"
+
+
+def test_every_attempt_of_a_trial_carries_the_runs_deadline(definition):
+    assert definition["States"]["RunTrials"]["ItemSelector"]["deadline.$"] == "$.deadline"
+    assert _states(definition)["NextAttempt"]["Parameters"]["deadline.$"] == "$.deadline"
+
+
+def test_the_state_machine_timeout_is_step_functions_limit_so_runs_end_by_their_own_deadline(definition):
+    assert definition["TimeoutSeconds"] == STEP_FUNCTIONS_MAX_SECONDS

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from stacks.lambda_asset import LAMBDA_PYTHON, ROOT, build_lambda_asset
-from tests.core.specs import DDP
+from tests.core.specs import DDP, STACK
 from trainstack.handlers.environment import lambda_variables
-from trainstack.stack_context import StackContext
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 DRIVER = Path(__file__).with_name("shipped_lambda_driver.py")
@@ -53,17 +52,7 @@ def runtime_python(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def shipped(runtime_python) -> dict:
     asset = build_lambda_asset()
-    stack = StackContext(
-        region="us-east-1",
-        role_arn="arn:aws:iam::123456789012:role/exec",
-        artifacts_bucket="artifacts",
-        key_arn="arn:aws:kms:us-east-1:123456789012:key/k",
-        subnet_ids=("subnet-1",),
-        security_group_ids=("sg-1",),
-        source_s3_uri="s3://assets/source.tar.gz",
-        entry_s3_uri="s3://assets/entry.py",
-    )
-    payload = {"environment": lambda_variables(stack, topic_arn="set-by-the-driver"), "spec": {**DDP, "inputs": {}}}
+    payload = {"environment": lambda_variables(STACK, topic_arn="set-by-the-driver"), "spec": {**DDP, "inputs": {}}}
     result = subprocess.run(
         [str(runtime_python), str(DRIVER), str(asset)], input=json.dumps(payload), capture_output=True, text=True
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import yaml
@@ -12,7 +13,14 @@ from trainstack.identity import Run
 from trainstack.rules import SpecRejectedError, check_or_raise
 from trainstack.s3uri import count_objects
 from trainstack.spec import SpecError, parse_spec
-from trainstack.workflow import Trigger, trials, trigger_of
+from trainstack.workflow import (
+    STEP_FUNCTIONS_MAX_SECONDS,
+    Trigger,
+    deadline,
+    run_deadline_seconds,
+    trials,
+    trigger_of,
+)
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
@@ -28,12 +36,21 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     except (SpecError, SpecRejectedError) as error:
         raise SpecInvalidError(f"{trigger.spec_key or 'inline spec'}: " + "; ".join(map(str, error.problems))) from None
     runs = trials(spec)
+    seconds = run_deadline_seconds(spec, len(runs))
+    if seconds > STEP_FUNCTIONS_MAX_SECONDS:
+        raise SpecInvalidError(
+            f"{trigger.spec_key or 'inline spec'}: sweep = {len(runs)} trials at max_concurrency "
+            f"{spec.sweep.max_concurrency if spec.sweep else 1} may take up to {seconds // 86400} days, longer than "
+            f"one execution may run ({STEP_FUNCTIONS_MAX_SECONDS // 86400} days): raise max_concurrency, shorten "
+            "max_runtime or max_wait, or split the sweep"
+        )
     return {
         "spec": spec.model_dump(mode="json"),
         "run": Run(trigger.lineage, trigger.resume).to_json(),
         "trials": [{"index": index, "hyperparameters": overrides} for index, overrides in enumerate(runs)],
         "trial_count": len(runs),
         "max_concurrency": spec.sweep.max_concurrency if spec.sweep else 1,
+        "deadline": deadline(datetime.now(UTC), seconds),
     }
 
 
