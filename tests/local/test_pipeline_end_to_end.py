@@ -155,14 +155,22 @@ def test_a_job_that_finds_no_capacity_is_created_again(pipeline):
     assert sorted(statuses.values()) == ["Completed", "Failed"]
 
 
-def test_a_job_that_can_no_longer_be_described_is_stopped_and_its_run_fails(pipeline):
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        ("AccessDeniedException", "not authorized to describe"),  # not retried: the trial ends at once
+        ("ThrottlingException", "Rate exceeded"),  # retried 5 times (about 155 s of real waits), then the same
+    ],
+    ids=["forbidden", "throttled-beyond-retries"],
+)
+def test_a_job_that_can_no_longer_be_described_is_stopped_and_its_run_fails(pipeline, code, message):
     stack, twin = pipeline
-    stack.faults.inject("sagemaker", "DescribeTrainingJob", "AccessDeniedException", "not authorized to describe")
-    put(stack, "jobs/e2e.yaml", job(hyperparameters={"model": "gpt-tiny", "max_steps": 500, "log_every": 50}))
+    stack.faults.inject("sagemaker", "DescribeTrainingJob", code, message)
+    put(stack, "jobs/e2e.yaml", job(hyperparameters={"model": "gpt-tiny", "max_steps": 100000, "log_every": 500}))
     (execution,) = wait_for_new_executions(stack, known=0)
     run = finish(execution)
     assert run.status == "FAILED"
-    assert "Unwatched: could not be described" in run.cause and "not authorized to describe" in run.cause
+    assert "Unwatched: could not be described" in run.cause and message in run.cause
     stack.faults.clear()
     (training_job,) = training_jobs()
     twin.wait()  # the failed execution's Stop rule stopped the job: nothing trains on unwatched
