@@ -25,6 +25,7 @@ dumping every rank's stacks.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -59,5 +60,21 @@ def _fail(output_dir: str, reason: str) -> int:
     return 1
 
 
+def leave(code: int) -> None:
+    """Exit without the interpreter's finalization where nothing needs it. After a completed run the
+    process group is destroyed, checkpoints and the model are written and closed, and the logs are
+    flushed here; what finalization then tears down is c10d's C++ threads, and a 2-rank gloo job was
+    seen aborting there ("terminate called without an active exception", SIGABRT after "training
+    completed"), failing a job that had finished (pytorch/pytorch#179291 describes the same
+    finalization race). Under mpirun, Open MPI requires MPI_Finalize, which mpi4py runs at exit, so
+    that launch exits normally."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if read_launch().launcher == "mpirun":
+        sys.exit(code)
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    leave(main(sys.argv[1:]))

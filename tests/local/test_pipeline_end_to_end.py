@@ -37,6 +37,8 @@ def pipeline(default_stack, tmp_path):
         upload_sample_data(stack)
         yield stack, twin
         twin.wait()
+        for name, run in twin.runs.items():  # pytest shows this only for a failed test: why a job failed
+            print(f"--- {name}: the end of its hosts' logs\n{run.log()[-4000:]}")
 
 
 def put(stack, key: str, body: bytes | dict) -> None:

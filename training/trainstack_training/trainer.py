@@ -134,6 +134,8 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
                 log.warning(
                     "stop requested (%s): saved %s at step %d, exiting", stop.signal_name or "SIGTERM", path, progress.step
                 )
+            if tensorboard:
+                tensorboard.close()
             return "stopped"
         if progress.step % config.checkpoint_every == 0 or progress.step == config.max_steps:
             with watchdog.slow_phase():
