@@ -288,7 +288,7 @@ class TrainingPipeline(Construct):
                 "status": DEADLINE_PASSED,
                 "job_name": sfn.JsonPath.string_at("$.job.job_name"),
                 "failure_reason": sfn.JsonPath.format(
-                    "still {} when the run's deadline {} passed; stopped with the run",
+                    "still {} when the run deadline {} passed, stopped with the run",
                     sfn.JsonPath.string_at("$.job.status"),
                     sfn.JsonPath.string_at("$.deadline"),
                 ),
