@@ -34,6 +34,7 @@ from stacks.event_delivery import delivery
 from stacks.lambda_asset import LAMBDA_PYTHON, build_lambda_asset
 from stacks.log_groups import encrypted_log_group
 from stacks.roles import ManagedPolicyRole
+from trainstack.errors import CapacityUnavailableError, ThrottledError
 from trainstack.handlers.environment import lambda_variables
 from trainstack.layout import DATASETS_PREFIX, JOBS_PREFIX
 from trainstack.naming import training_job_name_prefix
@@ -45,6 +46,7 @@ from trainstack.workflow import (
     DEADLINE_PASSED,
     ENDED_EARLY,
     NOT_STARTED,
+    NOTIFY_FAILED,
     RUNNING,
     STEP_FUNCTIONS_MAX_SECONDS,
     UNWATCHED,
@@ -216,13 +218,13 @@ class TrainingPipeline(Construct):
         rejected = sfn.Fail(self, "Rejected", error_path="$.status", cause_path="$.reason")
         validate.add_catch(notify_rejected.next(rejected), errors=["States.ALL"], result_path="$.error")
         # Notify reports a failed Publish itself; this is for Notify failing as a function.
-        notify_failed = sfn.Fail(self, "NotifyFailed", error="NotifyFailed", cause_path="$.notify_error.Cause")
+        notify_failed = sfn.Fail(self, "NotifyFailed", error=NOTIFY_FAILED, cause_path="$.notify_error.Cause")
         notify_rejected.add_catch(notify_failed, errors=["States.ALL"], result_path="$.notify_error")
 
         create = self._invoke("Create", "create", result_path="$.job")
-        create.add_retry(errors=["ThrottledError"], interval=Duration.seconds(5), max_attempts=5, backoff_rate=2)
+        create.add_retry(errors=[ThrottledError.__name__], interval=Duration.seconds(5), max_attempts=5, backoff_rate=2)
         create.add_retry(
-            errors=["CapacityUnavailableError"],
+            errors=[CapacityUnavailableError.__name__],
             interval=Duration.minutes(5),
             max_attempts=4,
             backoff_rate=2,
@@ -245,7 +247,7 @@ class TrainingPipeline(Construct):
             ),
             result_path="$.job",
         )
-        describe.add_retry(errors=["ThrottledError"], interval=Duration.seconds(5), max_attempts=5, backoff_rate=2)
+        describe.add_retry(errors=[ThrottledError.__name__], interval=Duration.seconds(5), max_attempts=5, backoff_rate=2)
         # Past its retries the trial ends with the reason; the run then fails and its Stop rule
         # stops the job, so no job runs on unwatched.
         unwatched = sfn.Pass(

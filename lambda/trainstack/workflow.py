@@ -26,6 +26,7 @@ FAILED = "Failed"
 REJECTED = "Rejected"  # the spec was refused before anything launched
 NOT_STARTED = "NotStarted"  # Create gave up (capacity, quota) or failed
 UNWATCHED = "Unwatched"  # the job could no longer be described; the failed run's Stop rule stops it
+NOTIFY_FAILED = "NotifyFailed"  # Notify itself failed as a function: the run ends with this error
 DEADLINE_PASSED = "DeadlinePassed"  # the job still ran when the run's deadline passed; stopped likewise
 # Execution statuses whose run must not leave jobs running (the Stop function's rule).
 ENDED_EARLY = ("ABORTED", "TIMED_OUT", "FAILED")

@@ -13,6 +13,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from trainstack.errors import SpecInvalidError
 from trainstack.handlers.environment import client, environment
 from trainstack.workflow import COMPLETED, FAILED, NOT_STARTED, REJECTED, UNWATCHED, notification_subject
 
@@ -40,7 +41,7 @@ def _outcome(event: dict[str, Any]) -> dict[str, Any]:
         reason = f"the run's trials could not be followed ({_reason(event['error'])}); its jobs are stopped"
         return {"status": FAILED, "reason": reason, "trials": []}
     if "error" in event:  # Validate's Catch: the run never started
-        status = REJECTED if event["error"].get("Error") == "SpecInvalidError" else NOT_STARTED
+        status = REJECTED if event["error"].get("Error") == SpecInvalidError.__name__ else NOT_STARTED
         return {"status": status, "reason": _reason(event["error"]), "trials": []}
     trials = [_trial(result) for result in event["results"]]
     unfinished = [t for t in trials if t["status"] != COMPLETED]
