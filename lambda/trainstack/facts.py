@@ -190,10 +190,14 @@ def image_uri(kind: ImageKind, version: str, py_version: str, region: str, insta
         raise ImageUnavailableError(
             f"no {table.repository} image for PyTorch {version} in {region}", image_regions(kind, version)
         )
-    suffix = entry.suffix_by_instance.get(instance_type, entry.suffix)
-    tag = "-".join(part for part in (version, processor, py_version, suffix) if part)
+    tag = image_tag(version, processor, py_version, entry.suffix_by_instance.get(instance_type, entry.suffix))
     host = f"ecr.{region}.{facts.partitions[facts.regions[region]]}"
     return f"{account}.dkr.{host}/{table.repository}:{tag}"
+
+
+def image_tag(version: str, processor: str, py_version: str, suffix: str) -> str:
+    """The tag as the SDK writes it: `2.3.0-gpu-py311`, with SMP's CUDA or Neuron's suffix after it."""
+    return "-".join(part for part in (version, processor, py_version, suffix) if part)
 
 
 def repositories(region: str) -> tuple[tuple[str, str], ...]:

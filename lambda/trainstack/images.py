@@ -62,9 +62,8 @@ def is_framework_image(uri: str) -> bool:
     """Whether `uri` is a framework image the facts file lists, in the region and account it names
     (for emulating SageMaker's pull, which fails on anything else)."""
     match = IMAGE_URI.match(uri)
-    if match is None or facts.partition(match["region"]) is None:
-        return False
-    if facts.load().partitions[facts.partition(match["region"])] != match["suffix"]:
+    partition = facts.partition(match["region"]) if match else None
+    if match is None or partition is None or facts.load().partitions[partition] != match["suffix"]:
         return False
     for kind, table in facts.load().images.items():
         if table.repository != match["repository"]:
@@ -74,7 +73,7 @@ def is_framework_image(uri: str) -> bool:
                 continue
             suffixes = {entry.suffix, *entry.suffix_by_instance.values()}
             tags = {
-                "-".join(part for part in (entry.version, processor, py_version, suffix) if part)
+                facts.image_tag(entry.version, processor, py_version, suffix)
                 for processor in PROCESSORS[kind]
                 for py_version in entry.py_versions
                 for suffix in suffixes
