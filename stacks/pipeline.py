@@ -34,12 +34,12 @@ from stacks.event_delivery import delivery
 from stacks.lambda_asset import LAMBDA_PYTHON, build_lambda_asset
 from stacks.log_groups import encrypted_log_group
 from stacks.roles import ManagedPolicyRole
-from trainstack.errors import CapacityUnavailableError, ThrottledError
 from trainstack.handlers.environment import lambda_variables
 from trainstack.layout import DATASETS_PREFIX, JOBS_PREFIX
 from trainstack.naming import training_job_name_prefix
 from trainstack.stack_context import StackContext
 from trainstack.workflow import (
+    CAPACITY_REFUSED_RETRY,
     CAPACITY_RETRIES,
     COMPLETED,
     DATA_MARKER,
@@ -49,7 +49,9 @@ from trainstack.workflow import (
     NOTIFY_FAILED,
     RUNNING,
     STEP_FUNCTIONS_MAX_SECONDS,
+    THROTTLED_RETRY,
     UNWATCHED,
+    RetryPolicy,
 )
 
 HANDLERS = ("validate", "create", "describe", "notify", "stop")
@@ -222,14 +224,8 @@ class TrainingPipeline(Construct):
         notify_rejected.add_catch(notify_failed, errors=["States.ALL"], result_path="$.notify_error")
 
         create = self._invoke("Create", "create", result_path="$.job")
-        create.add_retry(errors=[ThrottledError.__name__], interval=Duration.seconds(5), max_attempts=5, backoff_rate=2)
-        create.add_retry(
-            errors=[CapacityUnavailableError.__name__],
-            interval=Duration.minutes(5),
-            max_attempts=4,
-            backoff_rate=2,
-            max_delay=Duration.hours(1),
-        )
+        _add_retry(create, THROTTLED_RETRY)
+        _add_retry(create, CAPACITY_REFUSED_RETRY)
         not_started = sfn.Pass(
             self, "TrialNotStarted", parameters={"status": NOT_STARTED, "error": sfn.JsonPath.object_at("$.error")}
         )
@@ -247,7 +243,7 @@ class TrainingPipeline(Construct):
             ),
             result_path="$.job",
         )
-        describe.add_retry(errors=[ThrottledError.__name__], interval=Duration.seconds(5), max_attempts=5, backoff_rate=2)
+        _add_retry(describe, THROTTLED_RETRY)
         # Past its retries the trial ends with the reason; the run then fails and its Stop rule
         # stops the job, so no job runs on unwatched.
         unwatched = sfn.Pass(
@@ -521,3 +517,13 @@ class TrainingPipeline(Construct):
                 "dead-letter queue only receives failed asynchronous invocations, so it would stay empty.",
             )
         return decisions
+
+
+def _add_retry(task: tasks.LambdaInvoke, policy: RetryPolicy) -> None:
+    task.add_retry(
+        errors=[policy.error],
+        interval=Duration.seconds(policy.interval_seconds),
+        max_attempts=policy.max_attempts,
+        backoff_rate=policy.backoff_rate,
+        max_delay=Duration.seconds(policy.max_delay_seconds) if policy.max_delay_seconds else None,
+    )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from trainstack.errors import CapacityUnavailableError, ThrottledError
 from trainstack.spec import JobSpec
 
 FIRST_POLL_SECONDS = 60
@@ -35,9 +36,33 @@ ENDED_EARLY = ("ABORTED", "TIMED_OUT", "FAILED")
 STEP_FUNCTIONS_MAX_SECONDS = 365 * 86400
 # Per job attempt beyond its training time: provisioning, image pull, channel download, model upload.
 JOB_OVERHEAD_SECONDS = 3600
-CREATE_RETRY_SECONDS = (5 + 10 + 20 + 40 + 80) + (5 + 10 + 20 + 40) * 60  # throttling, then capacity (pipeline.py)
 # What SNS accepts as a Subject: printable ASCII without line breaks, under 100 characters.
 SUBJECT_MAX = 99
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """A Step Functions Retry as data: the definition renders it (stacks/pipeline.py), and a run's
+    deadline counts the waits it may spend."""
+
+    error: str
+    interval_seconds: int
+    max_attempts: int
+    backoff_rate: float = 2.0
+    max_delay_seconds: int | None = None
+
+    def total_wait_seconds(self) -> int:
+        """The waits of every retry, as Step Functions spaces them (interval x rate^n, capped)."""
+        waits = (self.interval_seconds * self.backoff_rate**attempt for attempt in range(self.max_attempts))
+        return int(sum(min(wait, self.max_delay_seconds or wait) for wait in waits))
+
+
+# Create and Describe retry a throttled SageMaker API quickly; Create retries a quota or capacity
+# refusal (ResourceLimitExceeded) for about 75 minutes, then reports the trial NotStarted.
+THROTTLED_RETRY = RetryPolicy(ThrottledError.__name__, interval_seconds=5, max_attempts=5)
+CAPACITY_REFUSED_RETRY = RetryPolicy(
+    CapacityUnavailableError.__name__, interval_seconds=300, max_attempts=4, max_delay_seconds=3600
+)
 
 
 @dataclass(frozen=True)
@@ -153,7 +178,8 @@ def run_deadline_seconds(spec: JobSpec, trial_count: int) -> int:
     job_seconds = (spec.spot.max_wait or spec.max_runtime) if spec.spot.enabled else spec.max_runtime
     capacity_waits = sum(capacity_wait_seconds(attempt) for attempt in range(CAPACITY_RETRIES))
     per_trial = (
-        CREATE_RETRY_SECONDS
+        THROTTLED_RETRY.total_wait_seconds()
+        + CAPACITY_REFUSED_RETRY.total_wait_seconds()
         + capacity_waits
         + CAPACITY_RETRIES * JOB_OVERHEAD_SECONDS  # re-created attempts that failed for capacity
         + (spec.retry_attempts + 1) * (job_seconds + JOB_OVERHEAD_SECONDS)

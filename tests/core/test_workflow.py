@@ -6,7 +6,14 @@ import pytest
 
 from tests.core.specs import DDP
 from trainstack.spec import parse_spec
-from trainstack.workflow import SUBJECT_MAX, notification_subject, run_deadline_seconds
+from trainstack.workflow import (
+    CAPACITY_REFUSED_RETRY,
+    SUBJECT_MAX,
+    THROTTLED_RETRY,
+    RetryPolicy,
+    notification_subject,
+    run_deadline_seconds,
+)
 
 
 def test_a_notification_subject_never_carries_line_breaks_or_control_characters():
@@ -46,3 +53,11 @@ def test_a_sweep_deadline_counts_its_trials_in_waves_of_max_concurrency():
 
 def test_sagemakers_own_retries_each_get_the_whole_runtime():
     assert run_deadline_seconds(_spec(retry_attempts=2), 1) - run_deadline_seconds(_spec(), 1) == 2 * (86400 + 3600)
+
+
+def test_a_retry_policy_counts_its_waits_as_step_functions_spaces_them():
+    assert THROTTLED_RETRY.total_wait_seconds() == 5 + 10 + 20 + 40 + 80
+    assert CAPACITY_REFUSED_RETRY.total_wait_seconds() == (5 + 10 + 20 + 40) * 60  # under the one-hour cap
+    assert RetryPolicy("E", interval_seconds=1200, max_attempts=3, max_delay_seconds=3600).total_wait_seconds() == (
+        1200 + 2400 + 3600
+    )
