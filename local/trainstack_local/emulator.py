@@ -154,15 +154,16 @@ def _create_resources(template: dict[str, Any], stack: LocalStack, files: Traini
         TriggerBucketName=stack.trigger_bucket, StateMachineArn=stack.state_machine_arn, TopicArn=stack.topic_arn
     )
 
-    dead_letters = _dead_letter_queue(template)
+    dead_letters = _logical_id(template, "AWS::SQS::Queue", "DeadLetters")
+    state_machine_id = _logical_id(template, "AWS::StepFunctions::StateMachine")
     queue_url = boto3.client("sqs", region_name=REGION).create_queue(QueueName=DEAD_LETTER_QUEUE)["QueueUrl"]
     stack.outputs[DEAD_LETTER_OUTPUT] = queue_url
     stack.outputs[STOP_FUNCTION_OUTPUT] = arns[function_logical_ids(template)["stop"]]
     queue_arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{DEAD_LETTER_QUEUE}"
     events = boto3.client("events", region_name=REGION)
     references = {
-        json.dumps({"Ref": _trigger_bucket_id(template)}): json.dumps(stack.trigger_bucket),
-        json.dumps({"Ref": _state_machine_id(template)}): json.dumps(stack.state_machine_arn),
+        json.dumps({"Ref": _logical_id(template, "AWS::S3::Bucket", "Trigger")}): json.dumps(stack.trigger_bucket),
+        json.dumps({"Ref": state_machine_id}): json.dumps(stack.state_machine_arn),
     }
     for logical_id, resource in template["Resources"].items():
         properties = resource.get("Properties", {})
@@ -170,7 +171,7 @@ def _create_resources(template: dict[str, Any], stack: LocalStack, files: Traini
             continue
         targets = []
         for declared in properties.get("Targets", []):
-            arn = _resolve_target(declared.get("Arn"), arns, _state_machine_id(template), stack.state_machine_arn)
+            arn = _resolve_target(declared.get("Arn"), arns, state_machine_id, stack.state_machine_arn)
             if arn is None:  # e.g. the notification topic: nothing to emulate
                 continue
             target = {"Id": f"t{len(targets)}", "Arn": arn}
@@ -195,16 +196,9 @@ def _resolve_target(arn: Any, function_arns: dict[str, str], state_machine_id: s
     return function_arns.get(arn.get("Fn::GetAtt", [""])[0])
 
 
-def _dead_letter_queue(template: dict[str, Any]) -> str:
-    return next(k for k, r in template["Resources"].items() if r["Type"] == "AWS::SQS::Queue" and "DeadLetters" in k)
-
-
-def _trigger_bucket_id(template: dict[str, Any]) -> str:
-    return next(k for k, r in template["Resources"].items() if r["Type"] == "AWS::S3::Bucket" and "Trigger" in k)
-
-
-def _state_machine_id(template: dict[str, Any]) -> str:
-    return next(k for k, r in template["Resources"].items() if r["Type"] == "AWS::StepFunctions::StateMachine")
+def _logical_id(template: dict[str, Any], resource_type: str, name_part: str = "") -> str:
+    """The logical id of the template's one resource of this type (whose id contains `name_part`)."""
+    return next(k for k, r in template["Resources"].items() if r["Type"] == resource_type and name_part in k)
 
 
 def _sha256(path: Path) -> str:
