@@ -168,13 +168,17 @@ def notification_subject(status: str, reason: str) -> str:
     return text if len(text) <= SUBJECT_MAX else text[: SUBJECT_MAX - 3].rstrip() + "..."
 
 
+def max_concurrency(spec: JobSpec) -> int:
+    """How many trials run at once: the sweep's setting; a single job is one trial."""
+    return spec.sweep.max_concurrency if spec.sweep else 1
+
+
 def run_deadline_seconds(spec: JobSpec, trial_count: int) -> int:
     """The longest a run of this spec can legitimately take, end to end: its trials in waves of
     `max_concurrency`, each trial at its worst — Create's retries, every capacity re-creation with
     its wait, then one job that trains for its whole MaxWait (spot) or MaxRuntime on each of
     SageMaker's own retries, and a last poll. Past it, the run is stuck: it fails and its jobs stop."""
-    concurrency = spec.sweep.max_concurrency if spec.sweep else 1
-    waves = -(-trial_count // concurrency)
+    waves = -(-trial_count // max_concurrency(spec))
     job_seconds = (spec.spot.max_wait or spec.max_runtime) if spec.spot.enabled else spec.max_runtime
     capacity_waits = sum(capacity_wait_seconds(attempt) for attempt in range(CAPACITY_RETRIES))
     per_trial = (

@@ -17,6 +17,7 @@ from trainstack.workflow import (
     STEP_FUNCTIONS_MAX_SECONDS,
     Trigger,
     deadline,
+    max_concurrency,
     run_deadline_seconds,
     trials,
     trigger_of,
@@ -40,7 +41,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if seconds > STEP_FUNCTIONS_MAX_SECONDS:
         raise SpecInvalidError(
             f"{trigger.spec_key or 'inline spec'}: sweep = {len(runs)} trials at max_concurrency "
-            f"{spec.sweep.max_concurrency if spec.sweep else 1} may take up to {seconds // 86400} days, longer than "
+            f"{max_concurrency(spec)} may take up to {seconds // 86400} days, longer than "
             f"one execution may run ({STEP_FUNCTIONS_MAX_SECONDS // 86400} days): raise max_concurrency, shorten "
             "max_runtime or max_wait, or split the sweep"
         )
@@ -49,7 +50,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         "run": Run(trigger.lineage, trigger.resume).to_json(),
         "trials": [{"index": index, "hyperparameters": overrides} for index, overrides in enumerate(runs)],
         "trial_count": len(runs),
-        "max_concurrency": spec.sweep.max_concurrency if spec.sweep else 1,
+        "max_concurrency": max_concurrency(spec),
         "deadline": deadline(datetime.now(UTC), seconds),
     }
 
