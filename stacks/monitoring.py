@@ -18,6 +18,26 @@ from constructs import Construct
 from stacks.event_delivery import delivery
 from trainstack.naming import training_job_name_prefix
 
+ALARM_PERIOD = Duration.minutes(5)
+
+
+def notify_on_first(
+    scope: Construct, construct_id: str, *, description: str, metric: cloudwatch.IMetric, topic: sns.ITopic
+) -> cloudwatch.Alarm:
+    """An alarm that publishes to the topic as soon as `metric` reaches 1 in a period; no data is fine."""
+    alarm = cloudwatch.Alarm(
+        scope,
+        construct_id,
+        alarm_description=description,
+        metric=metric.with_(period=ALARM_PERIOD),
+        threshold=1,
+        evaluation_periods=1,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+    )
+    alarm.add_alarm_action(actions.SnsAction(topic))
+    return alarm
+
 
 class TrainingMonitoring(Construct):
     """Exposes `topic`; `watch(state_machine)` adds the alarms."""
@@ -45,17 +65,13 @@ class TrainingMonitoring(Construct):
         """Alarms on the state machine's failed and timed-out executions, and a rule for failed training
         jobs; `dead_letter_queue` keeps the failure events EventBridge could not deliver to the topic."""
         for name, metric in (("Failed", state_machine.metric_failed()), ("TimedOut", state_machine.metric_timed_out())):
-            alarm = cloudwatch.Alarm(
+            notify_on_first(
                 self,
                 f"Executions{name}",
-                alarm_description=f"A {self.name_prefix} pipeline execution {name.lower()}",
-                metric=metric.with_(period=Duration.minutes(5), statistic="Sum"),
-                threshold=1,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                description=f"A {self.name_prefix} pipeline execution {name.lower()}",
+                metric=metric.with_(statistic="Sum"),
+                topic=self.topic,
             )
-            alarm.add_alarm_action(actions.SnsAction(self.topic))
         events.Rule(
             self,
             "TrainingJobFailed",

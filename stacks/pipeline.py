@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aws_cdk import Duration, RemovalPolicy, Stack
-from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -33,6 +31,7 @@ from stacks.compliance import acknowledge, in_every_pack, nag_resource, skip_che
 from stacks.event_delivery import delivery
 from stacks.lambda_asset import LAMBDA_PYTHON, build_lambda_asset
 from stacks.log_groups import encrypted_log_group
+from stacks.monitoring import notify_on_first
 from stacks.roles import ManagedPolicyRole
 from trainstack.handlers.environment import lambda_variables
 from trainstack.layout import DATASETS_PREFIX, JOBS_PREFIX
@@ -369,17 +368,13 @@ class TrainingPipeline(Construct):
         # admits only this stack's rules (aws:SourceArn), which guards against the confused deputy;
         # the key statement carries no source condition, as with the topic (see monitoring.py).
         self._key.grant(iam.ServicePrincipal("events.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*")
-        alarm = cloudwatch.Alarm(
+        notify_on_first(
             self,
             "TriggerDeadLettersAlarm",
-            alarm_description="An event could not be delivered to its target; redrive it with `trainstack redrive`",
-            metric=queue.metric_approximate_number_of_messages_visible(period=Duration.minutes(5), statistic="Maximum"),
-            threshold=1,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            description="An event could not be delivered to its target; redrive it with `trainstack redrive`",
+            metric=queue.metric_approximate_number_of_messages_visible(statistic="Maximum"),
+            topic=topic,
         )
-        alarm.add_alarm_action(actions.SnsAction(topic))
         acknowledge(
             queue,
             ("AwsSolutions-SQS3", "This queue is the dead-letter queue of the trigger rules; it has none of its own."),
