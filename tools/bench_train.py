@@ -28,7 +28,8 @@ import torch  # noqa: E402
 
 from trainstack_training.checkpoint import Checkpointer, Progress, TrainingState  # noqa: E402
 from trainstack_training.distributed import DistContext  # noqa: E402
-from trainstack_training.models import GPT_SIZES, build_model  # noqa: E402
+from trainstack_training.model_sizes import GPT_SIZES  # noqa: E402
+from trainstack_training.models import build_model  # noqa: E402
 
 RATE = re.compile(r"tokens_per_sec=([0-9.]+)")
 

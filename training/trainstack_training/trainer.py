@@ -21,7 +21,8 @@ from trainstack_training.data.sampler import EpochShuffle, ShardPlan, micro_batc
 from trainstack_training.data.tokens import DataError, TokenShards
 from trainstack_training.faults import StopRequest, hang_forever, injected_hang
 from trainstack_training.metrics import TensorBoardSink, Throughput, format_line, peak_flops
-from trainstack_training.models import GPT_SIZES, build_model, is_language_model
+from trainstack_training.model_sizes import GPT_SIZES, is_language_model
+from trainstack_training.models import build_model
 from trainstack_training.precision import autocast, grad_scaler
 from trainstack_training.strategies import parallelize
 from trainstack_training.watchdog import Point, Watchdog

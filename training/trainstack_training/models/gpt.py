@@ -7,24 +7,12 @@ transformer blocks are the unit of sharding, checkpointing and offloading.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-
-@dataclass(frozen=True)
-class GPTConfig:
-    n_layer: int
-    n_head: int
-    n_embd: int
-    block_size: int
-    vocab_size: int
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+from trainstack_training.model_sizes import MLP_EXPANSION, GPTConfig
 
 
 class CausalSelfAttention(nn.Module):
@@ -45,8 +33,8 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.up = nn.Linear(config.n_embd, 4 * config.n_embd, bias=False)
-        self.down = nn.Linear(4 * config.n_embd, config.n_embd, bias=False)
+        self.up = nn.Linear(config.n_embd, MLP_EXPANSION * config.n_embd, bias=False)
+        self.down = nn.Linear(MLP_EXPANSION * config.n_embd, config.n_embd, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.gelu(self.up(x)))
