@@ -18,7 +18,7 @@ setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed $(S
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[cdk,dev,train]'
+	$(PY) -m pip install --quiet -e '.[cdk,cli,dev,train]'
 	touch $@
 
 # checkov pins an old boto3, so it lives in a venv of its own.
