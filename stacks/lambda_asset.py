@@ -1,4 +1,5 @@
-"""The Lambda asset: the core package plus its pinned dependencies as Linux wheels, without Docker.
+"""The Lambda asset: the core package, the training script's torch-free contract, and the pinned
+dependencies as Linux wheels, without Docker.
 
 pip installs the wheels for the Lambda platform (`--platform manylinux2014_x86_64
 --only-binary=:all:`), once per set of requirements (cached under build/), and the core package
@@ -22,6 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LAMBDA_PYTHON = "3.13"
 PLATFORM = "manylinux2014_x86_64"
 PROVIDED_BY_RUNTIME = ("boto3", "botocore")  # the Lambda Python runtime ships these
+# The built-in training script's torch-free contract, which Validate parses hyperparameters and
+# plans models with (trainstack.builtin_script, trainstack.planner): the same files the job runs.
+SCRIPT_CONTRACT = ("__init__.py", "config.py", "model_sizes.py")
 
 
 def lambda_requirements() -> list[str]:
@@ -46,4 +50,7 @@ def build_lambda_asset(build_dir: Path = ROOT / "build") -> Path:
     shutil.rmtree(asset, ignore_errors=True)
     shutil.copytree(dependencies, asset, ignore=shutil.ignore_patterns("__pycache__", "RECORD"))
     shutil.copytree(ROOT / "lambda" / "trainstack", asset / "trainstack", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (asset / "trainstack_training").mkdir()
+    for name in SCRIPT_CONTRACT:
+        shutil.copy2(ROOT / "training" / "trainstack_training" / name, asset / "trainstack_training" / name)
     return asset

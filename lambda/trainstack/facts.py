@@ -53,6 +53,20 @@ class Instance:
     rdma: bool = False  # EFA with GPUDirect RDMA (FI_EFA_USE_DEVICE_RDMA=1 is safe)
     local_nvme: bool = False  # SageMaker rejects VolumeKmsKeyId for these
     sdk_refusal: str | None = None  # the SDK refuses this type for every covered version (p2)
+    # The planner's figures (tools/facts/hand_facts.py, each with its source): the accelerator, its
+    # dense tensor-core peaks, the links collectives use, the host, and the on-demand price.
+    gpu: str = ""
+    bf16_tflops: float = 0.0
+    fp16_tflops: float = 0.0
+    tf32_tflops: float = 0.0
+    gpu_link_gbytes: float = 0.0  # per GPU to its peers, one direction: NVLink, or PCIe without it
+    network_gbits: float = 0.0  # per instance (EFA where it has EFA)
+    host_memory_gib: float = 0.0
+    price_per_hour: float | None = None  # SageMaker training, on demand, as Facts.prices says where and when
+
+    @property
+    def peak_tflops(self) -> dict[str, float]:
+        return {k: v for k, v in (("bf16", self.bf16_tflops), ("fp16", self.fp16_tflops), ("tf32", self.tf32_tflops)) if v}
 
     @property
     def neuron(self) -> bool:
@@ -75,6 +89,7 @@ class Facts:
     toolkit_rdma: tuple[str, ...]  # ... and FI_EFA_USE_DEVICE_RDMA=1
     instances: Mapping[str, Instance]
     unsourced_instances: tuple[str, ...]  # in the API's enum, but no source gives their accelerators
+    prices: Mapping[str, str]  # as_of, region, currency and source of the instances' prices
 
 
 class ImageUnavailableError(ValueError):
@@ -105,6 +120,7 @@ def load(path: Path = FACTS_PATH) -> Facts:
         toolkit_rdma=tuple(data["toolkit_rdma"]),
         instances={name: _instance(name, facts) for name, facts in data["instances"].items()},
         unsourced_instances=tuple(data["unsourced_instances"]),
+        prices=data["prices"],
     )
 
 
@@ -133,6 +149,14 @@ def _instance(name: str, facts: dict[str, Any]) -> Instance:
         rdma=facts.get("rdma", False),
         local_nvme=facts.get("nvme", False),
         sdk_refusal=facts.get("refused"),
+        gpu=facts.get("gpu", ""),
+        bf16_tflops=facts.get("bf16_tflops", 0.0),
+        fp16_tflops=facts.get("fp16_tflops", 0.0),
+        tf32_tflops=facts.get("tf32_tflops", 0.0),
+        gpu_link_gbytes=facts.get("gpu_link_gbytes", 0.0),
+        network_gbits=facts.get("network_gbits", 0.0),
+        host_memory_gib=facts.get("host_memory_gib", 0.0),
+        price_per_hour=facts.get("price_per_hour"),
     )
 
 
@@ -238,3 +262,8 @@ def smp_parameters() -> Mapping[str, str]:
 
 def smp_v1_parameters() -> frozenset[str]:
     return load().smp_v1_parameters
+
+
+def prices() -> Mapping[str, str]:
+    """Where and when the catalog's prices were read (as_of, region, currency, source)."""
+    return load().prices

@@ -12,7 +12,7 @@ from typing import Any
 from trainstack import images
 from trainstack.entrypoint import ENTRY_CHANNEL, INPUT_DATA_ROOT, container_entrypoint
 from trainstack.identity import Trial
-from trainstack.instances import efa_environment
+from trainstack.instances import CATALOG, efa_environment
 from trainstack.launchers import launcher_hyperparameters
 from trainstack.layout import MODELS_PREFIX, TENSORBOARD_PREFIX
 from trainstack.metric_definitions import metric_definitions
@@ -72,18 +72,22 @@ def build_request(
     inputs = [_channel(name, channel.s3_uri, channel.mode, channel.distribution) for name, channel in spec.inputs.items()]
     if spec.network_isolation:  # no outbound calls at all: the code travels as an input channel
         inputs.append(_channel(CODE_CHANNEL, spec.source_dir or stack.source_s3_uri))
-    resource: dict[str, Any] = {
-        "InstanceType": spec.instance_type,
-        "InstanceCount": spec.instance_count,
-        "VolumeSizeInGB": spec.volume_size_gb,
-    }
-    if not plan.instance.local_nvme:  # rejected for instances whose storage is local NVMe
+    resource: dict[str, Any] = {"InstanceCount": spec.instance_count, "VolumeSizeInGB": spec.volume_size_gb}
+    if spec.instance_types:  # SageMaker takes the first type with capacity (DescribeTrainingJob: SelectedInstanceType)
+        resource["InstancePreferences"] = [{"InstanceType": name} for name in spec.instance_types]
+    else:
+        resource["InstanceType"] = spec.instance_type
+    if not any(CATALOG[name].local_nvme for name in spec.capacity_options):  # rejected where storage is local NVMe
         resource["VolumeKmsKeyId"] = stack.key_arn
+    if spec.training_plan_arn:
+        resource["TrainingPlanArn"] = spec.training_plan_arn
     if spec.warm_pool:
         resource["KeepAlivePeriodInSeconds"] = spec.warm_pool
     stopping: dict[str, int] = {"MaxRuntimeInSeconds": spec.max_runtime}
     if spec.spot.enabled:
         stopping["MaxWaitTimeInSeconds"] = spec.spot.max_wait or spec.max_runtime
+    if spec.max_pending:
+        stopping["MaxPendingTimeInSeconds"] = spec.max_pending
     environment = {**efa_environment(plan.instance), **spec.environment}
     request: dict[str, Any] = {
         "TrainingJobName": job_name,

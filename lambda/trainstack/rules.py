@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainstack import facts, images
+from trainstack.api_model import matches_pattern, member_metadata
 from trainstack.facts import ImageKind, ImageUnavailableError
 from trainstack.images import MPI, SMDATAPARALLEL, TORCH_DISTRIBUTED, Resolution
 from trainstack.instances import CATALOG, InstanceType, efa_environment, lookup
@@ -91,6 +92,8 @@ class Problem:
     fix: str
 
     def __str__(self) -> str:
+        if self.value is None:  # the rule names the value itself
+            return f"{self.field}: {self.rule}; {self.fix}"
         return f"{self.field} = {json.dumps(self.value, default=str)}: {self.rule}; {self.fix}"
 
 
@@ -143,9 +146,16 @@ def resolve(spec: JobSpec) -> Plan:
 def check(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> list[Problem]:
     """Every problem with the spec; an empty list means it may launch. With `region`, also whether
     its framework image exists there."""
-    problems = _instance_problems(spec) or _distribution_problems(spec)
+    problems = _option_problems(spec) or _distribution_problems(spec)
     if problems:
         return problems
+    problems += _capacity(spec)
+    for index, name in enumerate(spec.capacity_options[1:], start=1):  # each fallback must work as well
+        alternative = spec.model_copy(update={"instance_type": name, "instance_types": None, "max_pending": None})
+        problems += [
+            Problem(f"instance_types[{index}] ({name}): {p.field}", p.value, p.rule, p.fix)
+            for p in check(alternative, None, region)
+        ]
     plan = resolve(spec)
     rules = (
         _strategy_fits,
@@ -175,8 +185,94 @@ def check_or_raise(spec: JobSpec, count_objects: Callable[[str], int] | None = N
     return resolve(spec)
 
 
-def _instance_problems(spec: JobSpec) -> list[Problem]:
-    name = spec.instance_type
+def _option_problems(spec: JobSpec) -> list[Problem]:
+    problems = []
+    for index, name in enumerate(spec.capacity_options):
+        field = f"instance_types[{index}]" if spec.instance_types else "instance_type"
+        problems += [Problem(field, p.value, p.rule, p.fix) for p in _instance_problems(name)]
+    return problems
+
+
+def _capacity(spec: JobSpec) -> list[Problem]:
+    """Capacity fallback (InstancePreferences), training plans and the pending-time limit, as the
+    CreateTrainingJob API documents them."""
+    problems = []
+    if spec.instance_types:
+        options = spec.instance_types
+        most = member_metadata("ResourceConfig", "InstancePreferences")["max"]
+        if len(options) > most:
+            problems.append(
+                Problem("instance_types", len(options), f"SageMaker takes at most {most} preferences", "keep the best five")
+            )
+        repeated = sorted({name for name in options if options.count(name) > 1})
+        if repeated:
+            problems.append(
+                Problem("instance_types", repeated, "an instance type can appear only once in the list", "remove the repeats")
+            )
+        if spec.spot.enabled:
+            problems.append(
+                Problem(
+                    "instance_types",
+                    options,
+                    "a capacity fallback list (InstancePreferences) takes only on-demand or flexible training plan "
+                    "capacity; SageMaker refuses it with managed spot training",
+                    "give one instance_type for spot, or turn spot off",
+                )
+            )
+        if (spec.distribution or {}).get("instance_groups"):
+            problems.append(
+                Problem(
+                    "instance_types",
+                    options,
+                    "InstancePreferences and instance groups (heterogeneous clusters) exclude each other",
+                    "give one of them",
+                )
+            )
+        kinds = {(CATALOG[n].efa, CATALOG[n].rdma) for n in options if n in CATALOG}
+        if len(kinds) > 1:
+            problems.append(
+                Problem(
+                    "instance_types",
+                    options,
+                    "the job's EFA settings (FI_PROVIDER, GPUDirect RDMA) are fixed at creation, and these types differ "
+                    "in EFA support: a fallback would start with settings that break NCCL or libfabric",
+                    "list only types that all have EFA with RDMA, or all lack it",
+                )
+            )
+    if spec.training_plan_arn is not None and not matches_pattern("ResourceConfig", "TrainingPlanArn", spec.training_plan_arn):
+        problems.append(
+            Problem(
+                "training_plan_arn",
+                spec.training_plan_arn,
+                "not a training plan ARN",
+                "copy it from `aws sagemaker list-training-plans` (arn:aws:sagemaker:<region>:<account>:training-plan/<name>)",
+            )
+        )
+    if spec.max_pending is not None:
+        limits = member_metadata("StoppingCondition", "MaxPendingTimeInSeconds")
+        if not limits["min"] <= spec.max_pending <= limits["max"]:
+            problems.append(
+                Problem(
+                    "max_pending",
+                    spec.max_pending,
+                    f"SageMaker allows {limits['min']} to {limits['max']} seconds of pending",
+                    "use between 30m and 28d",
+                )
+            )
+        cpu_only = [n for n in spec.capacity_options if n in CATALOG and CATALOG[n].kind == "cpu"]
+        if cpu_only:
+            problems.append(
+                Problem(
+                    "max_pending",
+                    spec.max_pending,
+                    f"MaxPendingTimeInSeconds has no effect on CPU-only types ({', '.join(cpu_only)})",
+                    "remove max_pending, or use an accelerated type (ml.p, ml.g, ml.trn)",
+                )
+            )
+    return problems
+
+
+def _instance_problems(name: str) -> list[Problem]:
     if name in facts.load().unsourced_instances:
         return [
             Problem(
@@ -638,7 +734,7 @@ def _hyperparameters(spec: JobSpec, plan: Plan) -> list[Problem]:
             problems.append(
                 Problem(
                     f"hyperparameters.{key[:40]}...",
-                    None,
+                    len(key),
                     f"names are at most {MAX_HYPERPARAMETER_KEY} characters",
                     "shorten the name",
                 )

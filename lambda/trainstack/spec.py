@@ -64,6 +64,36 @@ class Sweep(_Strict):
         return self
 
 
+class ModelShape(_Strict):
+    """For a job running its own script: what the planner needs to know of the model and its batch.
+    The built-in script needs none of this: its hyperparameters say it (`model`, `micro_batch_size`...)."""
+
+    layers: int = Field(ge=1, description="transformer layers")
+    hidden: int = Field(ge=1, description="model width (d_model)")
+    heads: int | None = Field(default=None, ge=1, description="attention heads; default hidden / 128")
+    kv_heads: int | None = Field(default=None, ge=1, description="key/value heads (grouped-query attention); default heads")
+    vocab: int = Field(default=32000, ge=1)
+    ffn_hidden: int | None = Field(default=None, ge=1, description="MLP width; default 4 x hidden (gelu) or 8/3 x hidden (gated)")
+    gated_mlp: bool = Field(default=True, description="SwiGLU-style MLP (Llama, Mistral) rather than GELU (GPT)")
+    tied_embeddings: bool = False
+    parameters: float | None = Field(
+        default=None, gt=0, description="the exact parameter count, when it differs from the shape's"
+    )
+    seq_len: int = Field(ge=1, description="tokens per sequence")
+    micro_batch_size: int = Field(default=1, ge=1, description="sequences per GPU per forward pass")
+    grad_accum: int = Field(default=1, ge=1)
+    precision: Literal["fp32", "bf16", "fp16"] = "bf16"
+    activation_checkpointing: bool = False
+    activation_offloading: bool = False
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    zero1: bool = Field(default=False, description="ddp/smddp: optimizer state sharded across data-parallel ranks")
+    steps: int | None = Field(default=None, ge=1, description="optimizer steps of the run, for its expected duration and cost")
+
+
+class Budget(_Strict):
+    max_usd: float = Field(gt=0, description="refuse a run whose worst case (every retry, every trial) costs more")
+
+
 class JobSpec(_Strict):
     name: str = Field(min_length=1, max_length=32, description="prefix of the training job name")
     entry_point: str = "train.py"
@@ -73,7 +103,14 @@ class JobSpec(_Strict):
     )
     py_version: str | None = Field(default=None, description="default: the Python the framework image is built with")
     image: str | None = Field(default=None, description="a full image URI instead of the framework image")
-    instance_type: str
+    instance_type: str = Field(default="", description="the instance type; or give instance_types")
+    instance_types: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="capacity fallback in priority order (ResourceConfig.InstancePreferences, on-demand or training plan only)",
+    )
+    training_plan_arn: str | None = Field(default=None, description="a SageMaker training plan's ARN: its reserved capacity")
+    max_pending: int | None = Field(default=None, description="duration the job may wait for capacity, e.g. 2h (30m to 28d)")
     instance_count: int = Field(default=1, ge=1, le=512)
     volume_size_gb: int = Field(default=100, ge=1, le=16384)
     distribution: dict[str, Any] | None = None
@@ -92,8 +129,13 @@ class JobSpec(_Strict):
     tensorboard: bool = True
     profiler: bool = False
     sweep: Sweep | None = None
+    model: ModelShape | None = Field(
+        default=None, description="your own script's model, for the plan (the built-in script needs none)"
+    )
+    budget: Budget | None = None
+    force: bool = Field(default=False, description="launch even when the plan says it does not fit or is over budget")
 
-    _durations = field_validator("warm_pool", "max_runtime", mode="before")(
+    _durations = field_validator("warm_pool", "max_runtime", "max_pending", mode="before")(
         lambda cls, v: None if v is None else parse_duration(v)
     )
 
@@ -111,11 +153,34 @@ class JobSpec(_Strict):
             raise ValueError("letters, digits and hyphens, starting and ending with a letter or digit")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _first_preference(cls, data: Any) -> Any:
+        """With instance_types, instance_type is the first preference (what rules and plans resolve)."""
+        if isinstance(data, dict) and data.get("instance_types") and isinstance(data["instance_types"], list):
+            first = data["instance_types"][0]
+            if data.get("instance_type") not in (None, "", first):
+                raise ValueError("give instance_type (one type) or instance_types (a fallback list), not both")
+            return {**data, "instance_type": first}
+        return data
+
     @model_validator(mode="after")
     def _strategy_or_distribution(self) -> JobSpec:
         if self.strategy is not None and self.distribution is not None:
             raise ValueError("give either strategy (shorthand) or distribution (the SDK dict), not both")
+        if not self.instance_type:
+            raise ValueError("instance_type: required (or instance_types, a fallback list in priority order)")
         return self
+
+    @property
+    def capacity_options(self) -> list[str]:
+        """The instance types the job may run on, in priority order."""
+        return list(self.instance_types or [self.instance_type])
+
+    @property
+    def uses_builtin_script(self) -> bool:
+        """trainstack's own training code runs: no image of the user's, no source_dir."""
+        return self.image is None and self.source_dir is None
 
 
 def load_spec(text: str, source: str = "spec") -> JobSpec:
@@ -142,8 +207,10 @@ def _describe(problem: dict[str, Any]) -> str:
         return f"{field}: unknown field; see `trainstack schema` for the fields a job spec takes"
     if problem["type"] == "missing":
         return f"{field}: required"
-    value = json.dumps(problem.get("input"), default=str)
     message = problem["msg"].removeprefix("Value error, ")
+    if not problem["loc"]:  # a rule across fields names them itself; the whole spec is no help
+        return message
+    value = json.dumps(problem.get("input"), default=str)
     return f"{field} = {value}: {message}"
 
 

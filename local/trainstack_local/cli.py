@@ -3,6 +3,7 @@
     trainstack validate job.yaml                 # exit 1 with one line per problem
     trainstack render job.yaml --json            # the request, validated by botocore's own model
     trainstack render job.yaml --outputs cdk-outputs.json   # real stack values (cdk deploy --outputs-file)
+    trainstack plan job.yaml [--json]            # memory per GPU, speed, worst-case cost; exit 0 fits, 1 not, 2 bad input
     trainstack schema > job.schema.json          # JSON Schema for editors
     trainstack redrive --outputs cdk-outputs.json  # deliver the events the trigger dead-letter queue holds
 
@@ -21,8 +22,10 @@ from pathlib import Path
 
 from trainstack import images
 from trainstack.identity import Run
+from trainstack.planner.plan import plan_job
+from trainstack.preflight import plan_problems, preflight, rule_problems
 from trainstack.request import build_request, validate_request
-from trainstack.rules import SpecRejectedError, check_or_raise
+from trainstack.rules import SpecRejectedError, resolve
 from trainstack.s3uri import count_objects
 from trainstack.spec import SpecError, json_schema, load_spec
 from trainstack.stack_context import DEAD_LETTER_OUTPUT, STOP_FUNCTION_OUTPUT, StackContext, read_outputs_file
@@ -65,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             command.add_argument("--lineage", help="what the job name derives from (default: the spec's path)")
         else:
             command.add_argument("--region", help="also check that the framework image exists in this region")
+    plan_command = commands.add_parser("plan", help="will it fit, how fast, what can it cost (offline)")
+    plan_command.add_argument("spec", type=Path)
+    plan_command.add_argument("--json", action="store_true", help="the plan as JSON, with the verdict as booleans")
     commands.add_parser("schema")
     redrive_command = commands.add_parser("redrive", help="deliver the events EventBridge could not (needs credentials)")
     redrive_command.add_argument("--outputs", type=Path, required=True, help="cdk deploy --outputs-file JSON")
@@ -76,9 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "redrive":
         return _redrive(args.outputs, args.stack)
+    if args.command == "plan":
+        return _plan(args.spec, args.json)
     try:
         spec = load_spec(args.spec.read_text(), str(args.spec))
-        plan = check_or_raise(spec, s3_object_counter() if args.check_s3 else None, args.region)
+        checked = preflight(spec, s3_object_counter() if args.check_s3 else None, args.region)
+        plan = checked.resolution
     except (SpecError, SpecRejectedError) as error:
         problems = error.problems
         for problem in problems:
@@ -92,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         if plan.framework is not None:
             image = images.repository(plan.image_kind)
             print(f"{args.spec}: PyTorch {plan.framework.describe()}, {plan.py_version}, image {image}")
+        worst = checked.plan.worst_case_usd
+        verdict = "fits" if checked.plan.fits else "does not fit (force: true)"
+        cost = "unknown" if worst is None else f"${worst:,.2f}"
+        print(f"{args.spec}: plan: {verdict}; worst case {cost} (trainstack plan for details)")
         return 0
     stack = StackContext.from_outputs_file(args.outputs, args.region) if args.outputs else placeholder_stack(args.region)
     request = build_request(spec, plan, stack, trial=Run(args.lineage or str(args.spec)).trial())
@@ -100,6 +113,35 @@ def main(argv: list[str] | None = None) -> int:
     if not args.outputs:
         print(f"note: values marked {PLACEHOLDER} come from the deployed stack; pass --outputs cdk-outputs.json", file=sys.stderr)
     return 0
+
+
+def _plan(path: Path, as_json: bool) -> int:
+    """Exit 0 when every option fits within budget, 1 when not, 2 when the spec itself is bad."""
+    try:
+        spec = load_spec(path.read_text(), str(path))
+        problems = rule_problems(spec)
+        if problems:
+            raise SpecRejectedError(problems)
+    except OSError as error:
+        print(f"{path}: cannot read it ({error.strerror})", file=sys.stderr)
+        return 2
+    except (SpecError, SpecRejectedError) as error:
+        for problem in error.problems:
+            print(f"{path}: {problem}", file=sys.stderr)
+        return 2
+    resolution = resolve(spec)
+    plan = plan_job(spec, resolution.strategy, resolution.smp_parameters)
+    if as_json:
+        print(json.dumps(plan.to_json(), indent=2))
+    else:
+        from rich.console import Console
+
+        from trainstack_local.plan_view import show
+
+        show(plan, str(path), Console())
+        for problem in plan_problems(plan):
+            print(f"{path}: {problem}", file=sys.stderr)
+    return 0 if plan.fits and plan.within_budget else 1
 
 
 def _redrive(outputs: Path, stack_name: str | None) -> int:

@@ -18,7 +18,9 @@ its own checkpoint directory. What the twin does the way SageMaker does it:
 - a non-zero exit of any host fails the job with that host's `/opt/ml/output/failure`; success
   uploads `/opt/ml/model` as `<S3OutputPath>/<job>/output/model.tar.gz`;
 - per-region image registries: a request whose image does not exist in its region is refused;
-- capacity: `refuse_capacity(instance_type)` makes jobs on that type fail as SageMaker reports it.
+- capacity: `refuse_capacity(instance_type)` makes jobs on that type fail as SageMaker reports it;
+  a job with `ResourceConfig.InstancePreferences` runs on the first listed type that has capacity,
+  reported as `SelectedInstanceType` / `SelectedInstanceCount`, and fails only when none has.
 
 What it does not reproduce is listed in the README ("The SageMaker twin").
 """
@@ -114,7 +116,27 @@ class JobRun:
                     texts.append(path.read_text(errors="replace"))
         return "".join(texts)
 
+    @property
+    def instance_type(self) -> str:
+        """The type the job runs on: its InstanceType, or the preference SageMaker selected."""
+        config = self.job.resource_config
+        return config.get("SelectedInstanceType") or config["InstanceType"]
+
     # -- the job's life --------------------------------------------------------------------------
+    def _select_instance_type(self) -> str | None:
+        """SageMaker's choice: the first preference with capacity (InstancePreferences), or the one
+        type; None when there is no capacity for any."""
+        config = self.job.resource_config
+        preferences = config.get("InstancePreferences")
+        if not preferences:
+            return None if self.twin.take_capacity_refusal(config["InstanceType"]) else config["InstanceType"]
+        for preference in preferences:
+            if not self.twin.take_capacity_refusal(preference["InstanceType"]):
+                config["SelectedInstanceType"] = preference["InstanceType"]
+                config["SelectedInstanceCount"] = preference.get("InstanceCount", config["InstanceCount"])
+                return preference["InstanceType"]
+        return None
+
     def _run(self) -> None:
         try:
             self._status("InProgress", "Starting", "Preparing the instances for training")
@@ -122,7 +144,7 @@ class JobRun:
                 if self.requests.stop.is_set():
                     self._end("Stopped", "Stopped", "Training job stopped before it started")
                     return
-                if self.twin.take_capacity_refusal(self.job.resource_config["InstanceType"]):
+                if self._select_instance_type() is None:
                     self.job.failure_reason = CAPACITY_FAILURE
                     self._end("Failed", "Failed", CAPACITY_FAILURE)
                     return
@@ -184,7 +206,7 @@ class JobRun:
         container.write_config(
             opt_ml,
             hyperparameters,
-            container.resource_config(hosts, host, self.job.resource_config["InstanceType"], "eth0"),
+            container.resource_config(hosts, host, self.instance_type, "eth0"),
             {
                 c["ChannelName"]: container.channel_config(
                     c.get("InputMode") or self.job.algorithm_specification.get("TrainingInputMode", "File"),
@@ -207,7 +229,7 @@ class JobRun:
             _download_keys(s3, uri, _keys(s3, uri), local)
         bin_dir = root / "bin"
         bin_dir.mkdir(parents=True, exist_ok=True)
-        gpus = self.twin.gpus(self.job.resource_config["InstanceType"])
+        gpus = self.twin.gpus(self.instance_type)
         if gpus:  # what the toolkit counts to choose processes per host (`nvidia-smi --list-gpus`)
             lines = "".join(f"GPU {index}: Emulated GPU (UUID: GPU-twin-{index})\\n" for index in range(gpus))
             _executable(bin_dir / "nvidia-smi", f'#!/bin/sh\nprintf "{lines}"\n')

@@ -55,3 +55,32 @@ def test_render_uses_the_deployed_stacks_outputs(tmp_path, capsys):
 def test_schema_is_json_schema(capsys):
     assert main(["schema"]) == 0
     assert json.loads(capsys.readouterr().out)["title"] == "JobSpec"
+
+
+def test_plan_says_the_example_fits_and_exits_zero(capsys):
+    assert main(["plan", str(EXAMPLES / "gpt-small.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "instance_type: ml.p4d.24xlarge" in out and "fits" in out and "Worst case for the whole run" in out
+
+
+def test_plan_of_a_job_that_does_not_fit_exits_one_with_the_fix(capsys):
+    assert main(["plan", str(EXAMPLES / "llama-13b-smddp.yaml")]) == 1
+    captured = capsys.readouterr()
+    assert "does not fit" in captured.out and "cheapest fix" in captured.out
+    assert "strategy: fsdp" in captured.err
+
+
+def test_plan_json_carries_the_verdict_as_booleans(capsys):
+    assert main(["plan", str(EXAMPLES / "llama-13b-smddp.yaml"), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["fits"] is False and report["within_budget"] in (True, False)
+    assert report["options"][0]["memory_gib"]["total"] > 200
+
+
+def test_plan_of_bad_input_exits_two_with_one_line(tmp_path, capsys):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: x\ninstance_type: ml.p4.24xlarge\n")
+    assert main(["plan", str(spec)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert 'instance_type = "ml.p4.24xlarge": not a SageMaker training instance type' in line
+    assert main(["plan", str(tmp_path / "missing.yaml")]) == 2

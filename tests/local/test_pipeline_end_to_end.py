@@ -135,13 +135,45 @@ def test_a_sweep_runs_every_trial_with_its_hyperparameters(pipeline):
 
 def test_a_failing_training_job_fails_the_execution_with_its_failure_reason(pipeline):
     stack, _ = pipeline
-    put(stack, "jobs/broken.yaml", job(hyperparameters={"model": "gpt-tiny", "max_step": 3}))
+    put(stack, "datasets/notes/readme.txt", b"not token shards")  # what only the running script can find out
+    put(
+        stack,
+        "jobs/broken.yaml",
+        job(inputs={"train": {"s3_uri": f"s3://{stack.trigger_bucket}/datasets/notes/", "mode": "File"}}),
+    )
+    (execution,) = wait_for_new_executions(stack, known=0)
+    run = finish(execution)
+    assert run.status == "FAILED"
+    assert "no token shards" in run.cause
+    (message,) = notifications(stack)
+    assert message["status"] == "Failed" and "no token shards" in message["trials"][0]["reason"]
+
+
+def test_a_hyperparameter_the_builtin_script_would_refuse_is_refused_before_any_job(pipeline):
+    stack, _ = pipeline
+    put(stack, "jobs/typo.yaml", job(hyperparameters={"model": "gpt-tiny", "max_step": 3}))
     (execution,) = wait_for_new_executions(stack, known=0)
     run = finish(execution)
     assert run.status == "FAILED"
     assert "unknown hyperparameter 'max_step'" in run.cause
-    (message,) = notifications(stack)
-    assert message["status"] == "Failed" and "max_step" in message["trials"][0]["reason"]
+    assert training_jobs() == []
+
+
+def test_a_capacity_fallback_runs_the_job_on_the_next_type_with_capacity(pipeline):
+    stack, twin = pipeline
+    twin.refuse_capacity("ml.g5.12xlarge", times=-1)
+    spec = job(instance_types=["ml.g5.12xlarge", "ml.g6.12xlarge"])
+    del spec["instance_type"]
+    put(stack, "jobs/fallback.yaml", spec)
+    (execution,) = wait_for_new_executions(stack, known=0)
+    run = finish(execution)
+    assert run.status == "SUCCEEDED"
+    (training_job,) = training_jobs()  # one job: SageMaker chose the type, nothing was re-created
+    described = boto3.client("sagemaker", region_name=REGION).describe_training_job(
+        TrainingJobName=training_job["TrainingJobName"]
+    )
+    assert described["ResourceConfig"]["SelectedInstanceType"] == "ml.g6.12xlarge"
+    assert [p["InstanceType"] for p in described["ResourceConfig"]["InstancePreferences"]] == ["ml.g5.12xlarge", "ml.g6.12xlarge"]
 
 
 def test_a_job_that_finds_no_capacity_is_created_again(pipeline):
@@ -192,14 +224,14 @@ def test_a_notification_that_sns_refuses_does_not_change_the_runs_outcome(pipeli
 
 def test_a_failing_trial_fails_the_run_while_the_other_trials_complete(pipeline):
     stack, _ = pipeline
-    trials = [{"max_steps": 4}, {"max_step": 4}]  # the second names a hyperparameter that does not exist
+    trials = [{"max_steps": 4}, {"max_steps": 4, "data_dir": "/opt/ml/input/data/missing"}]  # the second reads no data
     put(stack, "jobs/sweep.json", json.dumps(job(sweep={"max_concurrency": 2, "trials": trials})).encode())
     (execution,) = wait_for_new_executions(stack, known=0)
     run = finish(execution)
     assert run.status == "FAILED"
     statuses = {j["TrainingJobName"][-3:]: j["TrainingJobStatus"] for j in training_jobs()}
     assert statuses == {"-t0": "Completed", "-t1": "Failed"}
-    assert "-t1: Failed: " in run.cause and "unknown hyperparameter 'max_step'" in run.cause
+    assert "-t1: Failed: " in run.cause and "no token shards" in run.cause
     assert "-t0" not in run.cause
 
 

@@ -97,6 +97,7 @@ def build() -> dict[str, Any]:
         "toolkit_rdma": toolkit_rdma,
         "instances": instances,
         "unsourced_instances": unsourced,
+        "prices": hand_facts.PRICES,
     }
 
 
@@ -273,6 +274,7 @@ def instance_catalog() -> tuple[dict[str, dict[str, Any]], list[str]]:
                 facts["rdma"] = True
         if family in hand_facts.LOCAL_NVME_FAMILIES:
             facts["nvme"] = True
+        facts.update(hand_facts.planner_figures(name, family))
         refusal = _sdk_refusal(oldest_version, name) if kind == "gpu" else None
         if refusal:
             facts["refused"] = refusal

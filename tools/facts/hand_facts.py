@@ -76,3 +76,118 @@ LOCAL_NVME_FAMILIES: frozenset[str] = frozenset(
         "r5d",
     }
 )
+
+
+# ---- The planner's figures (trainstack.planner): per GPU model, per instance type, and prices ----
+
+# Dense (no sparsity) tensor-core peaks per GPU in TFLOPS, and the GPU's link to its peers in GB/s one
+# way (NVLink where the type has it; PCIe otherwise). NVIDIA's data sheets quote most tensor figures
+# with 2:4 sparsity: halved here. Sources per model in the comments.
+GPU_MODELS: dict[str, dict[str, float]] = {
+    # V100 SXM2 data sheet: 125 TFLOPS fp16 tensor; no bf16 or TF32 (tf32 here: its 15.7 TFLOPS fp32);
+    # NVLink 2.0 300 GB/s both ways.
+    "V100": {"bf16_tflops": 0.0, "fp16_tflops": 125.0, "tf32_tflops": 15.7, "gpu_link_gbytes": 150.0},
+    # T4 data sheet: 65 TFLOPS fp16 (mixed) tensor; no bf16 or TF32 (8.1 fp32); PCIe Gen3 x16.
+    "T4": {"bf16_tflops": 0.0, "fp16_tflops": 65.0, "tf32_tflops": 8.1, "gpu_link_gbytes": 16.0},
+    # A10G (AWS's A10 variant, EC2 G5 page: "up to 250 TOPS" per GPU...); PCIe Gen4 x16.
+    "A10G": {"bf16_tflops": 70.0, "fp16_tflops": 70.0, "tf32_tflops": 35.0, "gpu_link_gbytes": 32.0},
+    # L4 data sheet: 242 bf16/fp16 and 120 TF32 with sparsity; PCIe Gen4 x16.
+    "L4": {"bf16_tflops": 121.0, "fp16_tflops": 121.0, "tf32_tflops": 60.0, "gpu_link_gbytes": 32.0},
+    # L40S data sheet: 733 bf16/fp16 and 366 TF32 with sparsity; PCIe Gen4 x16.
+    "L40S": {"bf16_tflops": 362.0, "fp16_tflops": 362.0, "tf32_tflops": 183.0, "gpu_link_gbytes": 32.0},
+    # A100 SXM data sheet: 312 bf16/fp16, 156 TF32 dense; NVLink 3 600 GB/s both ways.
+    "A100": {"bf16_tflops": 312.0, "fp16_tflops": 312.0, "tf32_tflops": 156.0, "gpu_link_gbytes": 300.0},
+    # H100 SXM data sheet: 1,979 bf16/fp16 and 989 TF32 with sparsity; NVLink 4 900 GB/s both ways.
+    "H100": {"bf16_tflops": 989.0, "fp16_tflops": 989.0, "tf32_tflops": 494.0, "gpu_link_gbytes": 450.0},
+    # H200 SXM data sheet: the H100's compute with 141 GB of HBM3e; NVLink 900 GB/s both ways.
+    "H200": {"bf16_tflops": 989.0, "fp16_tflops": 989.0, "tf32_tflops": 494.0, "gpu_link_gbytes": 450.0},
+    # HGX B200 data sheet, per GPU: 4.5 PFLOPS bf16/fp16 and 2.2 PFLOPS TF32 with sparsity; NVLink 5 1.8 TB/s both ways.
+    "B200": {"bf16_tflops": 2250.0, "fp16_tflops": 2250.0, "tf32_tflops": 1100.0, "gpu_link_gbytes": 900.0},
+}
+FAMILY_GPU: dict[str, str] = {
+    "p3": "V100",
+    "p3dn": "V100",
+    "g4dn": "T4",
+    "g5": "A10G",
+    "g6": "L4",
+    "g6e": "L40S",
+    "p4d": "A100",
+    "p4de": "A100",
+    "p5": "H100",
+    "p5e": "H200",
+    "p5en": "H200",
+    "p6-b200": "B200",
+}
+
+# SageMaker training on-demand list prices per instance-hour. No maintained source on this machine
+# carries them (the AWS Price List API needs the network): they are the AWS Price List API's
+# AmazonSageMaker "Train:<type>" rates as last read (p5: after AWS's 2025 price reduction), for the
+# types listed; a type without a price has no worst case, so a budget refuses it. Re-check before
+# quoting: `aws pricing get-products --service-code AmazonSageMaker --filters
+# Type=TERM_MATCH,Field=usagetype,Value=USE1-Train:ml.p5.48xlarge`.
+PRICES = {
+    "as_of": "2025-11",
+    "region": "us-east-1",
+    "currency": "USD",
+    "source": "AWS Price List API, AmazonSageMaker, usage type <region>-Train:<instance type>, on demand",
+}
+
+# Per instance: network Gbit/s, host memory GiB, and the SageMaker training on-demand price per hour
+# (PRICES says where and when). Sources: the EC2 instance-type pages for network and memory; PRICES.
+INSTANCE_FIGURES: dict[str, tuple[float, float, float | None]] = {
+    "ml.p3.2xlarge": (10.0, 61.0, 3.825),
+    "ml.p3.8xlarge": (10.0, 244.0, 14.688),
+    "ml.p3.16xlarge": (25.0, 488.0, 28.152),
+    "ml.p3dn.24xlarge": (100.0, 768.0, 35.894),
+    "ml.g4dn.xlarge": (25.0, 16.0, 0.7364),
+    "ml.g4dn.2xlarge": (25.0, 32.0, 1.0528),
+    "ml.g4dn.4xlarge": (25.0, 64.0, 1.6856),
+    "ml.g4dn.8xlarge": (50.0, 128.0, 3.0464),
+    "ml.g4dn.12xlarge": (50.0, 192.0, 5.4768),
+    "ml.g4dn.16xlarge": (50.0, 256.0, 6.0928),
+    "ml.g5.xlarge": (10.0, 16.0, 1.408),
+    "ml.g5.2xlarge": (10.0, 32.0, 1.515),
+    "ml.g5.4xlarge": (25.0, 64.0, 2.03),
+    "ml.g5.8xlarge": (25.0, 128.0, 3.06),
+    "ml.g5.12xlarge": (40.0, 192.0, 7.09),
+    "ml.g5.16xlarge": (25.0, 256.0, 5.12),
+    "ml.g5.24xlarge": (50.0, 384.0, 10.18),
+    "ml.g5.48xlarge": (100.0, 768.0, 20.36),
+    "ml.g6.xlarge": (10.0, 16.0, 1.13),
+    "ml.g6.2xlarge": (10.0, 32.0, 1.22),
+    "ml.g6.4xlarge": (25.0, 64.0, 1.65),
+    "ml.g6.8xlarge": (25.0, 128.0, 2.52),
+    "ml.g6.12xlarge": (40.0, 192.0, 5.75),
+    "ml.g6.16xlarge": (25.0, 256.0, None),
+    "ml.g6.24xlarge": (50.0, 384.0, None),
+    "ml.g6.48xlarge": (100.0, 768.0, None),
+    "ml.g6e.xlarge": (20.0, 32.0, None),
+    "ml.g6e.2xlarge": (20.0, 64.0, None),
+    "ml.g6e.4xlarge": (20.0, 128.0, None),
+    "ml.g6e.8xlarge": (25.0, 256.0, None),
+    "ml.g6e.12xlarge": (100.0, 384.0, None),
+    "ml.g6e.16xlarge": (35.0, 512.0, None),
+    "ml.g6e.24xlarge": (200.0, 768.0, None),
+    "ml.g6e.48xlarge": (400.0, 1536.0, None),
+    "ml.p4d.24xlarge": (400.0, 1152.0, 37.688),
+    "ml.p4de.24xlarge": (400.0, 1152.0, None),
+    "ml.p5.4xlarge": (100.0, 256.0, None),
+    "ml.p5.48xlarge": (3200.0, 2048.0, 98.32),
+    "ml.p5e.48xlarge": (3200.0, 2048.0, None),
+    "ml.p5en.48xlarge": (3200.0, 2048.0, None),
+    "ml.p6-b200.48xlarge": (3200.0, 2048.0, None),
+}
+
+
+def planner_figures(name: str, family: str) -> dict[str, float | str]:
+    """The planner's figures for one type: its GPU's, and the instance's own."""
+    figures: dict[str, float | str] = {}
+    if family in FAMILY_GPU:
+        figures["gpu"] = FAMILY_GPU[family]
+        figures.update({k: v for k, v in GPU_MODELS[FAMILY_GPU[family]].items() if v})
+    if name in INSTANCE_FIGURES:
+        network, memory, price = INSTANCE_FIGURES[name]
+        figures.update(network_gbits=network, host_memory_gib=memory)
+        if price is not None:
+            figures["price_per_hour"] = price
+    return figures

@@ -1,5 +1,8 @@
 """The training run's typed configuration: parsed once, validated, logged once as JSON.
 
+Torch-free on purpose: the pipeline's Validate step parses a job's hyperparameters with this very
+module (shipped in the Lambda asset) before anything is billed.
+
 Hyperparameters arrive as `--name value` arguments (SageMaker script mode passes every
 hyperparameter that way, as strings) and as the JSON object in `SM_HPS`; arguments win. Canonical
 names use underscores; `--micro-batch-size` is accepted as a spelling of `--micro_batch_size`.
@@ -14,6 +17,8 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+
+from trainstack_training.model_sizes import MODEL_NAMES
 
 STRATEGIES = ("ddp", "smddp", "smp", "fsdp")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -73,6 +78,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _one_of("strategy", self.strategy, STRATEGIES)
+        _one_of("model", self.model, MODEL_NAMES)
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("data_distribution", self.data_distribution, DATA_DISTRIBUTIONS)
         for name in ("max_steps", "micro_batch_size", "grad_accum", "log_every", "checkpoint_every", "keep_checkpoints"):

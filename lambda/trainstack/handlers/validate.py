@@ -1,4 +1,4 @@
-"""Validate: load the spec the trigger names, check every rule, expand the sweep."""
+"""Validate: load the spec the trigger names, check every rule and the plan, expand the sweep."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import yaml
 from trainstack.errors import SpecInvalidError
 from trainstack.handlers.environment import client, environment
 from trainstack.identity import Run
-from trainstack.rules import SpecRejectedError, check_or_raise
+from trainstack.preflight import preflight
+from trainstack.rules import SpecRejectedError
 from trainstack.s3uri import count_objects
 from trainstack.spec import SpecError, parse_spec
 from trainstack.workflow import (
@@ -33,7 +34,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         data = {**data, "inputs": inputs}
     try:
         spec = parse_spec(data)
-        check_or_raise(spec, lambda uri: count_objects(client("s3"), uri), environment().stack.region)
+        checked = preflight(spec, lambda uri: count_objects(client("s3"), uri), environment().stack.region)
     except (SpecError, SpecRejectedError) as error:
         raise SpecInvalidError(f"{trigger.spec_key or 'inline spec'}: " + "; ".join(map(str, error.problems))) from None
     runs = trials(spec)
@@ -52,6 +53,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         "trial_count": len(runs),
         "max_concurrency": max_concurrency(spec),
         "deadline": deadline(datetime.now(UTC), seconds),
+        "plan": checked.plan.to_json(),
     }
 
 

@@ -1,0 +1,56 @@
+"""The built-in training script's contract, checked before launch: a job that runs trainstack's own
+code (no `image`, no `source_dir`) must pass hyperparameters the script's typed config accepts, for
+every trial of a sweep, and give it inputs it can read.
+
+The hyperparameters go through the script's own parser (trainstack_training.config, shipped beside
+the core in the Lambda asset), so the check and the script can never disagree.
+"""
+
+from __future__ import annotations
+
+from trainstack.planner.workload import builtin_config
+from trainstack.rules import Problem
+from trainstack.spec import JobSpec
+from trainstack.workflow import trials
+from trainstack_training.config import ConfigError
+
+# The script reads its data as files: a Pipe channel is a FIFO of concatenated records it cannot parse.
+READABLE_MODES = ("File", "FastFile")
+
+
+def contract_problems(spec: JobSpec, strategy: str) -> list[Problem]:
+    if not spec.uses_builtin_script:
+        return []
+    problems = [
+        Problem(
+            f"inputs.{name}.mode",
+            channel.mode,
+            "the built-in training script reads files; Pipe streams records through a FIFO it cannot read",
+            "use FastFile (streams from S3 on demand) or File",
+        )
+        for name, channel in spec.inputs.items()
+        if channel.mode not in READABLE_MODES
+    ]
+    seen: set[str] = set()
+    for index, overrides in enumerate(trials(spec)):
+        try:
+            builtin_config(spec, strategy, overrides)
+        except ConfigError as error:
+            if str(error) in seen:  # the same bad base hyperparameter fails every trial alike
+                continue
+            seen.add(str(error))
+            where = (
+                f"sweep trial {index} ({_describe(overrides)})"
+                if overrides and _from_trial(error, overrides)
+                else "hyperparameters"
+            )
+            problems.append(Problem(where, None, str(error), "see the hyperparameters the built-in script takes in the README"))
+    return problems
+
+
+def _from_trial(error: ConfigError, overrides: dict) -> bool:
+    return any(f"'{name}'" in str(error) for name in overrides)
+
+
+def _describe(overrides: dict) -> str:
+    return ", ".join(f"{name}={value}" for name, value in overrides.items())

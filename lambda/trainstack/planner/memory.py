@@ -1,0 +1,218 @@
+"""Memory per GPU, by category, for each strategy.
+
+Model states (parameters, gradients, optimizer state) are counted exactly, as the strategies shard
+them: DDP keeps everything; ZeRO-1 (torch's ZeroRedundancyOptimizer) partitions optimizer state
+greedily by size; FSDP2 splits every parameter along dim 0 (rank 0 holds the largest chunk); SMP's
+FSDP1 flattens each wrapped layer and pads it to the shard degree. tests/training compares these
+counts with the real modules built on the meta device.
+
+Activations are what a forward pass keeps for backward, counted per tensor the layers save (the
+flash/memory-efficient attention kernels keep no sequence-squared scores); tests/training measures
+them on CPU with the profiler. Temporary buffers and framework overhead are stated assumptions.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+from trainstack.planner.parallelism import Layout
+from trainstack.planner.workload import Architecture, Workload
+
+GIB = 1024**3
+FP32 = 4
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# CUDA context, cuBLAS and NCCL workspaces, the caching allocator's own blocks: measured on H100s
+# with NCCL 2.2x as 1.5-2.5 GiB per process; the planner assumes the high end.
+FRAMEWORK_OVERHEAD_BYTES = 2 * GIB
+# What is kept free for fragmentation: a plan that needs more than 90% of a GPU does not "fit".
+HEADROOM = 0.10
+# Host memory the training processes may use for offloaded state (the rest: OS, data loaders, page cache).
+HOST_USABLE = 0.8
+TOKEN_INDEX_BYTES = 16  # int64 inputs and targets per token
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    parameters: int
+    gradients: int
+    optimizer: int
+    activations: int
+    temporary: int
+    overhead: int
+    capacity: int  # the GPU's memory
+    host_offloaded: int = 0  # per GPU, on the host (FSDP2 CPU offload)
+    host_capacity: int = 0  # per GPU's share of usable host memory
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.gradients + self.optimizer + self.activations + self.temporary + self.overhead
+
+    @property
+    def usable(self) -> int:
+        return int(self.capacity * (1 - HEADROOM))
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.usable and self.host_offloaded <= self.host_capacity
+
+    def categories(self) -> dict[str, int]:
+        return {
+            "parameters": self.parameters,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "temporary": self.temporary,
+            "overhead": self.overhead,
+        }
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """Bytes of parameters, gradients and optimizer state one GPU holds (the most loaded rank)."""
+
+    parameters: int
+    gradients: int
+    optimizer: int
+
+
+def model_states(workload: Workload, layout: Layout) -> ModelStates:
+    architecture = workload.architecture
+    local = local_parameters(architecture, layout)
+    if workload.parameters_stated:  # the stated count scales the shape's
+        local = round(local * workload.parameters_stated / architecture.parameters)
+    gradients = local * FP32
+    if workload.grad_accum > 1 and layout.shards_parameters:
+        # Accumulating without reduce-scatter keeps each layer's unsharded gradient between micro-steps.
+        gradients += (workload.parameters // layout.tensor) * DTYPE_BYTES[workload.precision]
+    return ModelStates(local * FP32, gradients, optimizer_bytes(workload, layout, local))
+
+
+def local_parameters(architecture: Architecture, layout: Layout) -> int:
+    """Parameters on the most loaded GPU (element count)."""
+    if layout.strategy == "fsdp":
+        return sum(_dim0_chunk(shape, layout.shard) for _, shape in architecture.shapes)
+    if layout.strategy == "smp":
+        # FSDP1 flattens a tied weight once per module that holds it: the output head is a second copy.
+        root = architecture.root_parameters() + (architecture.vocab * architecture.hidden if architecture.tied_embeddings else 0)
+        units = [architecture.layer_parameters()] * architecture.layers + [root]
+        return sum(math.ceil(unit / layout.tensor / layout.shard) for unit in units)
+    return architecture.parameters
+
+
+def optimizer_bytes(workload: Workload, layout: Layout, local: int) -> int:
+    architecture = workload.architecture
+    if workload.optimizer == "sgd":  # momentum buffers only
+        per_element, per_tensor = FP32, 0
+    else:  # AdamW: exp_avg and exp_avg_sq in fp32, and a float32 `step` tensor per parameter
+        per_element, per_tensor = 2 * FP32, FP32
+    if layout.strategy in ("ddp", "smddp") and workload.zero1 and layout.world > 1:
+        scale = (workload.parameters_stated or architecture.parameters) / architecture.parameters
+        partition = zero1_partition(architecture.shapes, layout.world)
+        return max(round(elements * scale) * per_element + tensors * per_tensor for elements, tensors in partition)
+    return local * per_element + architecture.tensors * per_tensor
+
+
+def zero1_partition(shapes: tuple[tuple[str, tuple[int, ...]], ...], world: int) -> list[tuple[int, int]]:
+    """Elements and tensors of each rank under ZeroRedundancyOptimizer's partition: per
+    parameter group (the trainer's: weights with decay, then biases and norms without), largest
+    first, each to the rank with the fewest elements so far (the first such rank on ties)."""
+    ranks = [(0, rank) for rank in range(world)]  # a heap of (elements, rank): the fewest, then the first
+    counts = [0] * world
+    decay = [_numel(shape) for _, shape in shapes if len(shape) >= 2]
+    no_decay = [_numel(shape) for _, shape in shapes if len(shape) < 2]
+    for group in (decay, no_decay):
+        for numel in sorted(group, reverse=True):
+            elements, rank = heapq.heappop(ranks)
+            heapq.heappush(ranks, (elements + numel, rank))
+            counts[rank] += 1
+    return [(elements, counts[rank]) for elements, rank in sorted(ranks, key=lambda item: item[1])]
+
+
+def activation_dtypes(workload: Workload, layout: Layout) -> tuple[int, int]:
+    """Bytes per element of (the residual stream, everything else a layer saves). Autocast (DDP,
+    SMDDP) keeps the residual stream and norms in fp32 and casts matmul inputs; FSDP's
+    mixed-precision policy casts the parameters, so every activation is in the compute dtype."""
+    compute = DTYPE_BYTES[workload.precision]
+    if layout.strategy in ("ddp", "smddp"):
+        return FP32, compute
+    return compute, compute
+
+
+def layer_activation_elements(architecture: Architecture, tensor: int) -> tuple[int, int]:
+    """Per token, the (residual, other) elements one layer saves without checkpointing: its two norm
+    inputs; the norm outputs, q, k, v, attention output, output-projection input and the MLP's
+    inner activations (2 x ffn for GELU: its input and output; 4 x ffn for a gated MLP)."""
+    h = architecture.hidden
+    mlp = (4 if architecture.gated_mlp else 2) * architecture.ffn_hidden
+    split = 3 * h + 2 * architecture.kv_width + mlp  # split across tensor-parallel ranks
+    return 2 * h, 2 * h + split // tensor
+
+
+def activation_bytes(workload: Workload, layout: Layout) -> int:
+    architecture = workload.architecture
+    residual, other = activation_dtypes(workload, layout)
+    tokens = workload.tokens_per_micro_batch
+    layer_residual, layer_other = layer_activation_elements(architecture, layout.tensor)
+    full_layer = tokens * (layer_residual * residual + layer_other * other)
+    # With checkpointing, only each layer's input is kept.
+    per_layer = tokens * architecture.hidden * residual if workload.activation_checkpointing else full_layer
+    layers = per_layer * architecture.layers
+    if workload.activation_offloading:  # saved tensors wait on the host; one layer's are on the GPU
+        layers = per_layer
+    head = tokens * (architecture.hidden * (residual + other) + architecture.vocab * FP32 + TOKEN_INDEX_BYTES)
+    return layers + head
+
+
+def temporary_bytes(workload: Workload, layout: Layout) -> int:
+    architecture = workload.architecture
+    _, compute = activation_dtypes(workload, layout)
+    tokens = workload.tokens_per_micro_batch
+    # The logits in the compute dtype and their fp32 copy for the loss, then the gradient of the logits.
+    buffers = tokens * architecture.vocab * (compute + FP32)
+    if workload.activation_checkpointing:  # backward recomputes one layer's activations at a time
+        layer_residual, layer_other = layer_activation_elements(architecture, layout.tensor)
+        buffers += tokens * (layer_residual * FP32 + layer_other * compute)
+    if layout.strategy in ("ddp", "smddp") and workload.precision != "fp32":
+        buffers += architecture.matmul_parameters * compute  # autocast's cached weight copies
+    if layout.shards_parameters:
+        layer = architecture.layer_parameters() // layout.tensor
+        if workload.reshard_after_forward or layout.strategy == "smp":
+            # the gathered layer and the prefetched next one, the root's gathered embeddings, and a
+            # layer's unsharded gradient with its fp32 reduce-scatter buffer
+            buffers += (2 * layer + architecture.root_parameters()) * compute + layer * (compute + FP32)
+        else:  # every layer stays gathered from forward to backward
+            buffers += (architecture.parameters // layout.tensor) * compute + layer * (compute + FP32)
+    return buffers
+
+
+def memory_per_gpu(workload: Workload, layout: Layout) -> MemoryBreakdown:
+    states = model_states(workload, layout)
+    instance = layout.instance
+    offloaded = 0
+    parameters, gradients, optimizer = states.parameters, states.gradients, states.optimizer
+    if workload.cpu_offload and layout.strategy == "fsdp":  # FSDP2 CPUOffloadPolicy: states live on the host
+        offloaded, parameters, gradients, optimizer = parameters + gradients + optimizer, 0, 0, 0
+    host_share = int(instance.host_memory_gib * GIB * HOST_USABLE / layout.gpus_per_node) if instance.host_memory_gib else 0
+    return MemoryBreakdown(
+        parameters=parameters,
+        gradients=gradients,
+        optimizer=optimizer,
+        activations=activation_bytes(workload, layout),
+        temporary=temporary_bytes(workload, layout),
+        overhead=FRAMEWORK_OVERHEAD_BYTES,
+        capacity=int(instance.accelerator_memory_gib * GIB),
+        host_offloaded=offloaded,
+        host_capacity=host_share if offloaded else 0,
+    )
+
+
+def _dim0_chunk(shape: tuple[int, ...], shards: int) -> int:
+    """Elements of rank 0's FSDP2 shard: torch.chunk along dim 0 gives it ceil(rows / shards) rows."""
+    rows = shape[0]
+    return min(rows, math.ceil(rows / shards)) * _numel(shape[1:])
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)

@@ -1,0 +1,284 @@
+"""Plan a job before anything is billed: for each capacity option, memory per GPU, speed and cost,
+whether it fits, and when it does not, the cheapest change that does.
+
+The order of the changes follows what practitioners are taught (Hugging Face's "Efficient training
+on many GPUs", the SageMaker distributed-training guide): fill one instance first; replicate (data
+parallel) when the model fits and speed is the issue; shard the optimizer state, then the whole
+model, when it does not fit; trade compute for memory (activation checkpointing) before buying more
+memory. Among the changes that fit, the cheapest per trained token wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from trainstack.facts import Instance
+from trainstack.instances import CATALOG
+from trainstack.planner.cost import Cost, run_cost
+from trainstack.planner.memory import GIB, MemoryBreakdown, memory_per_gpu
+from trainstack.planner.parallelism import Layout, layout_of
+from trainstack.planner.speed import Speed, speed
+from trainstack.planner.workload import NotPlannableError, Workload, workload_of
+from trainstack.spec import JobSpec
+from trainstack.workflow import trials
+
+MAX_SUGGESTED_NODES = 64
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change to the spec, in the words the user writes it, and what it does to the plan."""
+
+    description: str
+    memory: MemoryBreakdown
+    speed: Speed
+    hourly_usd: float | None
+
+    @property
+    def usd_per_million_tokens(self) -> float | None:
+        if self.hourly_usd is None or not self.speed.tokens_per_second:
+            return None
+        return self.hourly_usd / 3600 / self.speed.tokens_per_second * 1e6
+
+
+@dataclass(frozen=True)
+class OptionPlan:
+    instance_type: str
+    field: str  # where the spec names this option: instance_type, or instance_types[i]
+    layout: Layout | None
+    memory: MemoryBreakdown | None
+    speed: Speed | None
+    scaling_efficiency: float | None
+    cost: Cost
+    suggestion: Change | None
+    note: str | None = None  # why nothing was planned (a CPU or Trainium type, a classifier)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory is None or self.memory.fits
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    workload: Workload | None
+    options: tuple[OptionPlan, ...]
+    budget_usd: float | None
+    force: bool
+
+    @property
+    def fits(self) -> bool:
+        return all(option.fits for option in self.options)
+
+    @property
+    def worst_case_usd(self) -> float | None:
+        """The most the run can cost: on the dearest option SageMaker may choose."""
+        costs = [option.cost.worst_case_usd for option in self.options]
+        return None if any(c is None for c in costs) else max(c for c in costs if c is not None)
+
+    @property
+    def within_budget(self) -> bool:
+        if self.budget_usd is None:
+            return True
+        worst = self.worst_case_usd
+        return worst is not None and worst <= self.budget_usd
+
+    @property
+    def launchable(self) -> bool:
+        return self.force or (self.fits and self.within_budget)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fits": self.fits,
+            "within_budget": self.within_budget,
+            "launchable": self.launchable,
+            "force": self.force,
+            "budget_usd": self.budget_usd,
+            "worst_case_usd": _round(self.worst_case_usd),
+            "model": None if self.workload is None else _workload_json(self.workload),
+            "options": [_option_json(option) for option in self.options],
+        }
+
+
+def plan_job(spec: JobSpec, strategy: str, smp_parameters: dict[str, Any]) -> JobPlan:
+    """Plan every capacity option of a spec that passed the rules (rules.check). `strategy` and
+    `smp_parameters` are what the rules resolved the spec's distribution to."""
+    runs = trials(spec)
+    try:
+        workloads = [workload_of(spec, strategy, overrides) for overrides in runs]
+    except NotPlannableError as reason:
+        options = tuple(
+            OptionPlan(t, _field(spec, i), None, None, None, None, run_cost(spec, CATALOG[t], len(runs), None), None, str(reason))
+            for i, t in enumerate(spec.capacity_options)
+        )
+        return JobPlan(None, options, spec.budget.max_usd if spec.budget else None, spec.force)
+    options = []
+    for index, name in enumerate(spec.capacity_options):
+        options.append(_plan_option(spec, index, CATALOG[name], strategy, smp_parameters, workloads, len(runs)))
+    heaviest = max(workloads, key=lambda w: (w.micro_batch_size * w.seq_len, not w.activation_checkpointing))
+    return JobPlan(heaviest, tuple(options), spec.budget.max_usd if spec.budget else None, spec.force)
+
+
+def _plan_option(
+    spec: JobSpec, index: int, instance: Instance, strategy: str, smp: dict[str, Any], workloads: list[Workload], trial_count: int
+) -> OptionPlan:
+    field = _field(spec, index)
+    if instance.kind != "gpu" or not instance.peak_tflops:
+        note = f"{instance.name} is not a GPU type the planner has figures for; memory and speed are not checked"
+        return OptionPlan(instance.name, field, None, None, None, None, run_cost(spec, instance, trial_count, None), None, note)
+    planned = []
+    for workload in workloads:
+        layout = layout_of(strategy, instance, spec.instance_count, smp, workload.zero1)
+        planned.append((memory_per_gpu(workload, layout).total, workload, layout))
+    _, workload, layout = max(planned, key=lambda item: item[0])  # the trial that needs the most memory
+    memory = memory_per_gpu(workload, layout)
+    pace = speed(workload, layout)
+    single = dataclasses.replace(layout, nodes=1, shard=min(layout.shard, layout.gpus_per_node))
+    efficiency = pace.tokens_per_second_per_gpu / speed(workload, single).tokens_per_second_per_gpu if layout.nodes > 1 else 1.0
+    run_seconds = pace.step_seconds * workload.steps if workload.steps else None
+    cost = run_cost(spec, instance, trial_count, run_seconds)
+    suggestion = None if memory.fits else cheapest_change(spec, workload, layout, smp)
+    return OptionPlan(instance.name, field, layout, memory, pace, efficiency, cost, suggestion)
+
+
+def cheapest_change(spec: JobSpec, workload: Workload, layout: Layout, smp: dict[str, Any]) -> Change | None:
+    """The change that makes the job fit, in the order practitioners are taught: on the cluster as it
+    is (sharding, activation checkpointing), then more of the same nodes, then other GPUs; within a
+    stage, the one whose tokens cost least."""
+    fitting = []
+    for stage, description, candidate_workload, candidate_layout in _candidates(spec, workload, layout, smp):
+        memory = memory_per_gpu(candidate_workload, candidate_layout)
+        if memory.fits:
+            price = candidate_layout.instance.price_per_hour
+            hourly = None if price is None else price * candidate_layout.nodes
+            fitting.append((stage, Change(description, memory, speed(candidate_workload, candidate_layout), hourly)))
+    if not fitting:
+        return None
+    _, change = min(
+        fitting, key=lambda item: (item[0], item[1].usd_per_million_tokens is None, item[1].usd_per_million_tokens or 0.0)
+    )
+    return change
+
+
+def _candidates(spec: JobSpec, workload: Workload, layout: Layout, smp: dict[str, Any]):
+    """(stage, what to write in the spec, the workload, the layout) for each change worth trying: sharding
+    (ZeRO-1, FSDP2, SMP's whole-world shard group), activation checkpointing, more nodes, GPUs with
+    more memory, and their combinations."""
+    knob = "hyperparameters." if spec.uses_builtin_script else "model."
+    # (words, strategy, zero1, SMP parameters)
+    shardings: list[tuple[list[str], str, bool, dict[str, Any]]] = [([], layout.strategy, workload.zero1, smp)]
+    if layout.strategy in ("ddp", "smddp"):
+        if not workload.zero1:
+            shardings.append(([f"{knob}zero1: true"], layout.strategy, True, smp))
+        shardings.append((["strategy: fsdp"], "fsdp", False, smp))
+    full_shard = layout.strategy == "smp" and bool(smp.get("hybrid_shard_degree"))
+    checkpointing_options = [workload.activation_checkpointing] + ([] if workload.activation_checkpointing else [True])
+    bigger = sorted((i for i in CATALOG.values() if _bigger(i, layout.instance)), key=lambda i: i.price_per_hour or float("inf"))
+    node_counts = sorted({layout.nodes, *(n for n in (2, 4, 8, 16, 32, MAX_SUGGESTED_NODES) if n > layout.nodes)})
+    for instance in [layout.instance, *bigger]:
+        for nodes in node_counts:
+            options = list(shardings)
+            if full_shard:  # SMP's shard group across every GPU the job has
+                world = nodes * layout.gpus_per_node // layout.tensor
+                options.append(([f"hybrid_shard_degree: {world}"], "smp", False, {**smp, "hybrid_shard_degree": world}))
+            for sharding, strategy, zero1, parameters in options:
+                for checkpointing in checkpointing_options:
+                    words = list(sharding)
+                    if instance is not layout.instance:
+                        words.insert(0, f"instance_type: {instance.name}")
+                    if nodes != layout.nodes:
+                        words.insert(0, f"instance_count: {nodes}")
+                    if checkpointing != workload.activation_checkpointing:
+                        words.append(f"{knob}activation_checkpointing: true")
+                    if not words:
+                        continue
+                    changed = dataclasses.replace(workload, zero1=zero1, activation_checkpointing=checkpointing)
+                    stage = 2 if instance is not layout.instance else 1 if nodes != layout.nodes else 0
+                    yield stage, ", ".join(words), changed, layout_of(strategy, instance, nodes, parameters, zero1)
+
+
+def _bigger(instance: Instance, than: Instance) -> bool:
+    return (
+        instance.kind == "gpu"
+        and bool(instance.peak_tflops)
+        and instance.price_per_hour is not None
+        and instance.accelerator_memory_gib > than.accelerator_memory_gib
+        and instance.accelerators >= than.accelerators
+    )
+
+
+def _field(spec: JobSpec, index: int) -> str:
+    return f"instance_types[{index}]" if spec.instance_types else "instance_type"
+
+
+def _workload_json(workload: Workload) -> dict[str, Any]:
+    return {
+        "name": workload.model,
+        "parameters": workload.parameters,
+        "layers": workload.architecture.layers,
+        "hidden": workload.architecture.hidden,
+        "seq_len": workload.seq_len,
+        "micro_batch_size": workload.micro_batch_size,
+        "grad_accum": workload.grad_accum,
+        "precision": workload.precision,
+        "activation_checkpointing": workload.activation_checkpointing,
+        "optimizer": workload.optimizer,
+        "steps": workload.steps,
+    }
+
+
+def _option_json(option: OptionPlan) -> dict[str, Any]:
+    result: dict[str, Any] = {"instance_type": option.instance_type, "field": option.field, "fits": option.fits}
+    if option.note:
+        result["note"] = option.note
+    if option.layout:
+        layout = option.layout
+        result["layout"] = {
+            "strategy": layout.strategy,
+            "nodes": layout.nodes,
+            "gpus": layout.world,
+            "shard": layout.shard,
+            "tensor": layout.tensor,
+            "replicas": layout.replicas,
+        }
+    if option.memory:
+        result["memory_gib"] = {
+            **{name: round(value / GIB, 2) for name, value in option.memory.categories().items()},
+            "total": round(option.memory.total / GIB, 2),
+            "usable": round(option.memory.usable / GIB, 2),
+            "capacity": round(option.memory.capacity / GIB, 2),
+        }
+    if option.speed:
+        pace = option.speed
+        result["speed"] = {
+            "step_seconds": round(pace.step_seconds, 4),
+            "compute_seconds": round(pace.compute_seconds, 4),
+            "exposed_communication_seconds": round(pace.exposed_communication_seconds, 4),
+            "tokens_per_second": round(pace.tokens_per_second),
+            "mfu": round(pace.mfu, 3),
+            "scaling_efficiency": None if option.scaling_efficiency is None else round(option.scaling_efficiency, 3),
+        }
+    cost = option.cost
+    result["cost_usd"] = {
+        "price_per_hour": cost.price_per_hour,
+        "instances": cost.instances,
+        "expected": _round(cost.expected_usd),
+        "expected_spot": _round(cost.expected_spot_usd),
+        "worst_case": _round(cost.worst_case_usd),
+        "worst_case_spot": _round(cost.worst_case_spot_usd),
+        "billable_hours_per_job": round(cost.billable_hours_per_job, 2),
+        "jobs_per_trial": cost.jobs_per_trial,
+        "trials": cost.trials,
+    }
+    if option.suggestion:
+        result["suggestion"] = {
+            "change": option.suggestion.description,
+            "memory_gib": round(option.suggestion.memory.total / GIB, 2),
+            "tokens_per_second": round(option.suggestion.speed.tokens_per_second),
+        }
+    return result
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)

@@ -1,0 +1,94 @@
+"""Everything checked before a job is billed, in one call for the Validate step and the CLI: the
+spec's rules, the built-in script's contract, and the plan (memory per GPU on every capacity option,
+the worst-case cost against the budget). `force: true` launches a job the plan refuses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trainstack.builtin_script import contract_problems
+from trainstack.planner.memory import GIB
+from trainstack.planner.plan import JobPlan, OptionPlan, plan_job
+from trainstack.rules import Plan, Problem, SpecRejectedError, check, resolve
+from trainstack.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class Preflight:
+    resolution: Plan
+    plan: JobPlan
+
+
+def rule_problems(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> list[Problem]:
+    """The spec's rules and, once they pass, the built-in script's contract."""
+    problems = check(spec, count_objects, region)
+    if problems:
+        return problems
+    return contract_problems(spec, resolve(spec).strategy)
+
+
+def preflight(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> Preflight:
+    """The resolution and the plan of a spec that may launch; SpecRejectedError otherwise."""
+    problems = rule_problems(spec, count_objects, region)
+    if problems:
+        raise SpecRejectedError(problems)
+    resolution = resolve(spec)
+    plan = plan_job(spec, resolution.strategy, resolution.smp_parameters)
+    refusals = plan_problems(plan)
+    if refusals and not spec.force:
+        raise SpecRejectedError(refusals)
+    return Preflight(resolution, plan)
+
+
+def plan_problems(plan: JobPlan) -> list[Problem]:
+    problems = [_does_not_fit(option) for option in plan.options if not option.fits]
+    if not plan.within_budget and plan.budget_usd is not None:
+        problems.append(_over_budget(plan, plan.budget_usd))
+    return problems
+
+
+def _does_not_fit(option: OptionPlan) -> Problem:
+    memory = option.memory
+    assert memory is not None  # an option without a memory plan always fits
+    parts = ", ".join(f"{name} {value / GIB:.1f}" for name, value in memory.categories().items())
+    rule = (
+        f"needs {memory.total / GIB:.1f} GiB per GPU, {memory.usable / GIB:.1f} usable of {memory.capacity / GIB:.0f} "
+        f"({parts} GiB)"
+    )
+    if memory.host_offloaded > memory.host_capacity:
+        rule += (
+            f"; offloaded state needs {memory.host_offloaded / GIB:.1f} GiB of host memory per GPU, "
+            f"{memory.host_capacity / GIB:.1f} usable"
+        )
+    if option.suggestion:
+        change = option.suggestion
+        fix = f"{change.description} (fits at {change.memory.total / GIB:.1f} GiB per GPU)"
+    else:
+        fix = "no change trainstack knows of fits: shard the model with more GPUs or tensor parallelism"
+    return Problem(option.field, option.instance_type, rule, f"{fix}; or set force: true to launch anyway")
+
+
+def _over_budget(plan: JobPlan, budget: float) -> Problem:
+    worst = plan.worst_case_usd
+    if worst is None:
+        unpriced = [o.instance_type for o in plan.options if o.cost.price_per_hour is None]
+        return Problem(
+            "budget.max_usd",
+            budget,
+            f"no price is known for {', '.join(unpriced)}, so the worst case has no bound",
+            "remove the budget or choose a priced type",
+        )
+    dearest = max(plan.options, key=lambda o: o.cost.worst_case_usd or 0.0).cost
+    rule = (
+        f"the run may cost up to ${worst:,.0f}: {dearest.instances} x {dearest.instance_type} "
+        f"at ${dearest.price_per_hour:,.2f}/h "
+        f"x {dearest.billable_hours_per_job:g} h x {dearest.jobs_per_trial} jobs per trial (retries and capacity re-creations) "
+        f"x {dearest.trials} trial(s)"
+    )
+    return Problem(
+        "budget.max_usd",
+        int(budget) if budget.is_integer() else budget,
+        rule,
+        "lower max_runtime, retry_attempts or the sweep, raise the budget, or set force: true",
+    )

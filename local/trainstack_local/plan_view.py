@@ -1,0 +1,89 @@
+"""`trainstack plan`'s readable output: one table per capacity option (memory per GPU by category,
+speed, cost), then the verdict. The numbers are the planner's (trainstack.planner); this only shows them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from trainstack import facts
+from trainstack.planner import cost, memory, speed
+from trainstack.planner.plan import JobPlan
+
+
+def show(plan: JobPlan, source: str, console: Console) -> None:
+    report = plan.to_json()
+    model = report["model"]
+    if model:
+        console.print(
+            f"[bold]{source}[/]: {model['name']}, {model['parameters'] / 1e9:.2f} B parameters, "
+            f"{model['layers']} layers x {model['hidden']}, sequence {model['seq_len']}, micro-batch {model['micro_batch_size']} "
+            f"x {model['grad_accum']} accumulation, {model['precision']}"
+            + (", activation checkpointing" if model["activation_checkpointing"] else "")
+        )
+    for option in report["options"]:
+        console.print(_option_table(option))
+    prices = facts.prices()
+    console.print(
+        f"Assumed: MFU {speed.ASSUMED_MFU:.0%} of dense peak; {memory.HEADROOM:.0%} of GPU memory kept free; "
+        f"{memory.FRAMEWORK_OVERHEAD_BYTES / memory.GIB:.0f} GiB framework overhead; spot {cost.ASSUMED_SPOT_DISCOUNT:.0%} "
+        f"below on demand; {prices['currency']} list prices in {prices['region']} as of {prices['as_of']}.",
+        style="dim",
+    )
+    worst = report["worst_case_usd"]
+    budget = report["budget_usd"]
+    console.print(f"Worst case for the whole run: {_usd(worst)}" + (f" (budget {_usd(budget)})" if budget is not None else ""))
+    if plan.fits and plan.within_budget:
+        console.print("[bold green]fits[/]: every capacity option fits" + (" and the run is within budget" if budget else ""))
+    else:
+        reasons = [] if plan.fits else ["does not fit"]
+        reasons += [] if plan.within_budget else ["over budget"]
+        console.print(f"[bold red]{' and '.join(reasons)}[/]" + (" (force: true launches it anyway)" if plan.force else ""))
+
+
+def _option_table(option: dict[str, Any]) -> Table:
+    verdict = "[green]fits[/]" if option["fits"] else "[red]does not fit[/]"
+    title = f"{option['field']}: {option['instance_type']} — {verdict}"
+    table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    if "note" in option:
+        table.add_row("note", option["note"])
+    if "layout" in option:
+        layout = option["layout"]
+        parts = f"{layout['strategy']} on {layout['gpus']} GPUs ({layout['nodes']} node(s)), shard {layout['shard']}"
+        table.add_row("layout", parts + (f", tensor {layout['tensor']}" if layout["tensor"] > 1 else ""))
+    if "memory_gib" in option:
+        gib = option["memory_gib"]
+        breakdown = ", ".join(
+            f"{name} {gib[name]:.1f}" for name in ("parameters", "gradients", "optimizer", "activations", "temporary", "overhead")
+        )
+        table.add_row(
+            "memory per GPU", f"{gib['total']:.1f} GiB of {gib['usable']:.1f} usable ({gib['capacity']:.0f} GiB): {breakdown}"
+        )
+    if "speed" in option:
+        pace = option["speed"]
+        efficiency = pace["scaling_efficiency"]
+        table.add_row(
+            "speed",
+            f"{pace['step_seconds']:.3f} s/step ({pace['exposed_communication_seconds']:.3f} s exposed communication), "
+            f"{pace['tokens_per_second']:,} tokens/s, MFU {pace['mfu']:.0%}"
+            + (f", scaling efficiency {efficiency:.0%} of one node" if efficiency is not None else ""),
+        )
+    money = option["cost_usd"]
+    table.add_row(
+        "cost",
+        f"{_usd(money['price_per_hour'])}/h x {money['instances']}; expected {_usd(money['expected'])} "
+        f"(spot {_usd(money['expected_spot'])}); worst case {_usd(money['worst_case'])} (spot {_usd(money['worst_case_spot'])}) "
+        f"= {money['billable_hours_per_job']:g} h x {money['jobs_per_trial']} jobs x {money['trials']} trial(s)",
+    )
+    if "suggestion" in option:
+        suggestion = option["suggestion"]
+        table.add_row("cheapest fix", f"{suggestion['change']} ({suggestion['memory_gib']:.1f} GiB per GPU)")
+    return table
+
+
+def _usd(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.2f}"

@@ -1,0 +1,57 @@
+"""The built-in training script's contract, checked before launch through the script's own typed
+config (trainstack_training.config): what it would refuse after the instances are up is refused here."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.core.specs import DDP
+from trainstack.preflight import rule_problems
+from trainstack.spec import parse_spec
+
+TRAIN = "s3://trainstack-trigger/datasets/owt/"
+
+
+def problems(**changes) -> list[str]:
+    return [str(p) for p in rule_problems(parse_spec({**DDP, "spot": {"enabled": False}, "warm_pool": None, **changes}))]
+
+
+def test_the_example_job_keeps_the_scripts_contract():
+    assert problems() == []
+
+
+@pytest.mark.parametrize(
+    ("hyperparameters", "message"),
+    [
+        ({"max_step": 3}, "unknown hyperparameter 'max_step'; known: activation_checkpointing"),
+        ({"model": "llama-7b"}, "hyperparameter 'model' = 'llama-7b': choose one of gpt-tiny"),
+        ({"lr": "fast"}, "hyperparameter 'lr' = 'fast': expected float"),
+        ({"precision": "fp8"}, "hyperparameter 'precision' = 'fp8': choose one of fp32, bf16, fp16"),
+        ({"cpu_offload": True}, "hyperparameter 'cpu_offload' needs strategy 'fsdp'"),
+    ],
+    ids=["unknown", "model", "type", "choice", "combination"],
+)
+def test_a_hyperparameter_the_script_would_refuse_is_refused_with_its_message(hyperparameters, message):
+    found = problems(hyperparameters={**DDP["hyperparameters"], **hyperparameters})
+    assert any(p.startswith("hyperparameters: ") and message in p for p in found), found
+
+
+def test_a_sweep_trial_the_script_would_refuse_is_named():
+    found = problems(sweep={"max_concurrency": 2, "trials": [{"lr": 1e-4}, {"micro_batch_size": 0}]})
+    assert found == [
+        "sweep trial 1 (micro_batch_size=0): hyperparameter 'micro_batch_size' = 0: must be at least 1; "
+        "see the hyperparameters the built-in script takes in the README"
+    ]
+
+
+def test_a_pipe_channel_is_refused_for_the_builtin_script():
+    found = problems(inputs={"train": {"s3_uri": TRAIN, "mode": "Pipe"}})
+    assert found == [
+        'inputs.train.mode = "Pipe": the built-in training script reads files; Pipe streams records through a FIFO '
+        "it cannot read; use FastFile (streams from S3 on demand) or File"
+    ]
+
+
+def test_a_users_own_script_may_read_pipe_and_take_any_hyperparameter():
+    own = {"source_dir": "s3://my-code/x/sourcedir.tar.gz", "hyperparameters": {"max_step": 3}}
+    assert problems(inputs={"train": {"s3_uri": TRAIN, "mode": "Pipe"}}, **own) == []

@@ -1,0 +1,136 @@
+"""The plan Validate and `trainstack plan` give: verdicts, the suggested fix, the worst-case cost,
+and every capacity option planned. Pure: no AWS, no torch."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.core.specs import DDP
+from trainstack.instances import CATALOG
+from trainstack.planner.speed import ASSUMED_MFU
+from trainstack.preflight import preflight
+from trainstack.rules import SpecRejectedError
+from trainstack.spec import parse_spec
+from trainstack.workflow import CAPACITY_RETRIES
+
+LLAMA_13B = {"layers": 40, "hidden": 5120, "heads": 40, "vocab": 32000, "ffn_hidden": 13824, "seq_len": 4096}
+USER_SCRIPT = {"source_dir": "s3://my-code/llama/sourcedir.tar.gz", "entry_point": "train_llama.py"}
+
+
+def spec(**changes) -> dict:
+    return {**DDP, "inputs": {}, "spot": {"enabled": False}, "warm_pool": None, **changes}
+
+
+def llama_13b(**changes) -> dict:
+    """The classic setup: LLaMA-13B, SageMaker data parallel on 8 x ml.p4d.24xlarge, bf16."""
+    base = {
+        **USER_SCRIPT,
+        "framework_version": "2.2.0",
+        "instance_count": 8,
+        "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
+        "model": {**LLAMA_13B, "micro_batch_size": 1, "precision": "bf16"},
+    }
+    return spec(**{**base, **changes})
+
+
+def plan_of(data: dict):
+    return preflight(parse_spec({**data, "force": True})).plan
+
+
+def refusal(data: dict) -> str:
+    with pytest.raises(SpecRejectedError) as raised:
+        preflight(parse_spec(data))
+    return str(raised.value)
+
+
+def test_llama_13b_with_pure_data_parallel_on_p4d_does_not_fit():
+    plan = plan_of(llama_13b())
+    (option,) = plan.options
+    gib = option.memory.categories()
+    assert not plan.fits
+    assert option.memory.total > 200 * 1024**3  # the whole model with AdamW: ~16 bytes per parameter
+    assert gib["optimizer"] == pytest.approx(2 * gib["parameters"], rel=1e-6)  # fp32 exp_avg, exp_avg_sq per fp32 weight
+
+
+def test_validate_refuses_it_with_the_breakdown_and_the_cheapest_change_that_fits():
+    message = refusal(llama_13b())
+    assert 'instance_type = "ml.p4d.24xlarge": needs' in message and "GiB per GPU" in message
+    assert "parameters 48.5, gradients 48.5, optimizer 97.0" in message
+    assert "strategy: fsdp" in message and "fits at" in message and "force: true" in message
+
+
+def test_the_suggested_change_fits_and_sharding_with_checkpointing_fits_on_the_same_cluster():
+    (option,) = plan_of(llama_13b()).options
+    assert option.suggestion is not None and option.suggestion.memory.fits
+    model = {**LLAMA_13B, "micro_batch_size": 1, "precision": "bf16", "activation_checkpointing": True}
+    assert plan_of(llama_13b(distribution=None, strategy="fsdp", model=model)).fits
+
+
+def test_force_launches_a_job_the_plan_refuses():
+    checked = preflight(parse_spec({**llama_13b(), "force": True}))
+    assert not checked.plan.fits and checked.plan.launchable
+
+
+def test_a_model_that_fits_is_planned_with_speed_and_cost():
+    plan = plan_of(spec())
+    (option,) = plan.options
+    assert plan.fits and plan.launchable
+    assert option.speed.tokens_per_second > 0 and 0 < option.speed.mfu <= ASSUMED_MFU + 1e-9
+    assert 0 < option.scaling_efficiency <= 1  # two nodes are never faster per GPU than one
+    assert option.cost.expected_usd is not None and option.cost.expected_usd < option.cost.worst_case_usd
+
+
+def test_the_worst_case_counts_every_job_a_run_may_create_and_every_trial():
+    data = spec(retry_attempts=2, max_runtime="10h", sweep={"max_concurrency": 2, "trials": [{"lr": 1e-4}, {"lr": 3e-4}]})
+    plan = plan_of(data)
+    price = CATALOG["ml.p4d.24xlarge"].price_per_hour
+    assert plan.worst_case_usd == pytest.approx(2 * price * 10 * (1 + 2 + CAPACITY_RETRIES) * 2)
+
+
+def test_a_spot_runs_worst_case_is_billed_up_to_max_wait():
+    plan = plan_of(spec(spot={"enabled": True, "max_wait": "48h"}, max_runtime="24h"))
+    price = CATALOG["ml.p4d.24xlarge"].price_per_hour
+    assert plan.worst_case_usd == pytest.approx(2 * price * 48 * (1 + CAPACITY_RETRIES))
+
+
+def test_a_budget_below_the_worst_case_is_refused_with_the_arithmetic():
+    price = CATALOG["ml.p4d.24xlarge"].price_per_hour
+    message = refusal(spec(max_runtime="10h", budget={"max_usd": 100}))
+    assert f"budget.max_usd = 100: the run may cost up to ${2 * price * 10 * (1 + CAPACITY_RETRIES):,.0f}" in message
+    assert f"2 x ml.p4d.24xlarge at ${price:,.2f}/h x 10 h x {1 + CAPACITY_RETRIES} jobs per trial" in message
+
+
+def test_a_budget_above_the_worst_case_passes():
+    assert preflight(parse_spec(spec(max_runtime="1h", budget={"max_usd": 100_000}))).plan.within_budget
+
+
+def test_every_capacity_option_is_planned_and_one_that_would_oom_is_refused():
+    hyperparameters = {"model": "gpt-7b", "micro_batch_size": 4, "precision": "bf16"}
+    data = spec(
+        strategy="fsdp", distribution=None, instance_count=1, hyperparameters=hyperparameters, instance_type=None,
+        instance_types=["ml.p4de.24xlarge", "ml.p4d.24xlarge"],
+    )  # fmt: skip
+    plan = plan_of(data)
+    assert [o.fits for o in plan.options] == [True, False]
+    message = refusal({**data, "force": False})
+    assert message.startswith('instance_types[1] = "ml.p4d.24xlarge": needs')
+
+
+def test_a_user_script_without_a_model_block_launches_unplanned():
+    checked = preflight(parse_spec(spec(**USER_SCRIPT)))
+    (option,) = checked.plan.options
+    assert option.memory is None and "model:" in option.note
+    assert checked.plan.launchable
+
+
+def test_a_classifier_is_not_planned():
+    checked = preflight(parse_spec(spec(hyperparameters={"model": "mnist-cnn"})))
+    assert checked.plan.options[0].note == "model 'mnist-cnn' is a small classifier: nothing to plan"
+
+
+def test_the_plan_as_json_states_the_verdict_as_booleans():
+    report = plan_of(llama_13b()).to_json()
+    assert (report["fits"], report["within_budget"], report["launchable"]) == (False, True, True)
+    (option,) = report["options"]
+    assert option["memory_gib"]["total"] > option["memory_gib"]["usable"]
+    assert option["suggestion"]["change"].startswith(("strategy: fsdp", "instance_count", "instance_type"))
