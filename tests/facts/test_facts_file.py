@@ -12,6 +12,7 @@ import botocore.session
 
 from tests.facts.conftest import ROOT, sdk_python
 from tools.facts import readme
+from tools.readme_section import section
 from trainstack import facts
 
 CORE = ROOT / "lambda" / "trainstack"
@@ -33,9 +34,7 @@ def test_the_facts_come_from_the_botocore_and_toolkit_the_main_venv_runs():
 
 
 def test_the_readme_support_matrix_is_rendered_from_the_facts_file():
-    text = readme.README.read_text()
-    start, end = text.index(readme.START), text.index(readme.END) + len(readme.END)
-    assert text[start:end] == readme.render(), "run `make facts`"
+    assert section(readme.START, readme.END) == readme.render(), "run `make facts`"
 
 
 def test_the_lambda_asset_never_imports_the_sdk():

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from tools import plan_table
+from tools.readme_section import section
 
 
 def test_the_readme_plan_table_is_rendered_from_the_planner():
-    text = plan_table.README.read_text()
-    start, end = text.index(plan_table.START), text.index(plan_table.END) + len(plan_table.END)
-    assert text[start:end] == plan_table.render(), "run `.venv/bin/python -m tools.plan_table`"
+    assert section(plan_table.START, plan_table.END) == plan_table.render(), "run `.venv/bin/python -m tools.plan_table`"
 
 
 def test_llama_13b_with_pure_data_parallel_on_p4d_is_shown_as_not_fitting():
