@@ -4,7 +4,8 @@ Usage: python tools/bench_train.py [--model gpt-small-bytes] [--steps 40] [--rep
 
 Both sides do the same math per step (forward, backward, grad-norm clip, AdamW); the difference
 is what the entry point adds around it: config, data plan and memory-mapped shards, loss
-averaging, stop-signal checks, logging. Runs alternate (ours, bare, ours, bare, ...) so drift on
+averaging, stop-signal checks, logging, health rules. A third side runs the entry point with every
+health rule off, for the rules' own overhead. Runs alternate (ours, bare, rules off, ...) so drift on
 the machine hits both; each run's first interval is warm-up and dropped; medians are reported.
 Also reports the time to save a DCP checkpoint as a multiple of one training step.
 """
@@ -12,6 +13,7 @@ Also reports the time to save a DCP checkpoint as a multiple of one training ste
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import subprocess
@@ -28,17 +30,19 @@ import torch  # noqa: E402
 
 from trainstack_training.checkpoint import Checkpointer, Progress, TrainingState  # noqa: E402
 from trainstack_training.distributed import DistContext  # noqa: E402
+from trainstack_training.health_rules import RULES  # noqa: E402
 from trainstack_training.model_sizes import GPT_SIZES  # noqa: E402
 from trainstack_training.models import build_model  # noqa: E402
 
 RATE = re.compile(r"tokens_per_sec=([0-9.]+)")
 
 
-def ours(model: str, steps: int, interval: int, micro_batch: int, workdir: Path) -> list[float]:
+def ours(model: str, steps: int, interval: int, micro_batch: int, workdir: Path, *extra: str) -> list[float]:
     args = [
         sys.executable, str(ROOT / "training" / "train.py"), "--model", model, "--max_steps", str(steps),
         "--log_every", str(interval), "--micro_batch_size", str(micro_batch), "--checkpoint_every", str(10 * steps),
         "--checkpoint_dir", str(workdir / "ckpt"), "--model_dir", str(workdir / "model"), "--output_dir", str(workdir / "out"),
+        *extra,
     ]  # fmt: skip
     result = subprocess.run(args, capture_output=True, text=True, check=True)
     return [float(m[1]) for m in RATE.finditer(result.stdout)][1:]
@@ -110,11 +114,14 @@ def main() -> int:
     if args.bare_worker:
         bare_worker(args.model, args.steps, args.interval, args.micro_batch)
         return 0
-    ours_rates, bare_rates = [], []
+    ours_rates, bare_rates, unwatched_rates = [], [], []
+    no_rules = ("--health", json.dumps(dict.fromkeys(RULES, False)))
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
             ours_rates += ours(args.model, args.steps, args.interval, args.micro_batch, Path(tmp) / f"ours{repeat}")
             bare_rates += bare(args.model, args.steps, args.interval, args.micro_batch)
+            workdir = Path(tmp) / f"unwatched{repeat}"
+            unwatched_rates += ours(args.model, args.steps, args.interval, args.micro_batch, workdir, *no_rules)
         step_time, save_time = checkpoint_cost(args.model, args.micro_batch, Path(tmp))
     ours_median, bare_median = statistics.median(ours_rates), statistics.median(bare_rates)
     runs = f"{args.steps} steps x {args.repeats} alternating runs"
@@ -122,7 +129,11 @@ def main() -> int:
     print(f"{'':<28}{'tokens/s (median)':>20}{'intervals':>11}")
     print(f"{'trainstack entry point':<28}{ours_median:>20.1f}{len(ours_rates):>11}")
     print(f"{'bare PyTorch loop':<28}{bare_median:>20.1f}{len(bare_rates):>11}")
+    unwatched_median = statistics.median(unwatched_rates)
+    print(f"{'entry point, rules off':<28}{unwatched_median:>20.1f}{len(unwatched_rates):>11}")
     print(f"entry point / bare = {ours_median / bare_median:.3f}  (overhead {100 * (1 - ours_median / bare_median):+.1f}%)")
+    health = f"{100 * (1 - ours_median / unwatched_median):+.1f}%"
+    print(f"health rules (defaults) / rules off = {ours_median / unwatched_median:.3f}  (overhead {health})")
     step = f"one training step ({step_time * 1000:.1f} ms)"
     print(f"checkpoint save {save_time * 1000:.1f} ms = {save_time / step_time:.2f} x {step}, medians of 5")
     return 0

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the package beside t
 from trainstack_training.config import ConfigError, TrainConfig, parse_config, requested_output_dir
 from trainstack_training.distributed import read_launch
 from trainstack_training.faults import write_failure
+from trainstack_training.health import HealthRuleTrippedError
 from trainstack_training.trainer import run
 
 
@@ -46,6 +47,8 @@ def main(argv: list[str]) -> int:
         outcome = run(config)
     except ConfigError as error:
         return _fail(output_dir, f"invalid hyperparameters: {error}")
+    except HealthRuleTrippedError as error:
+        return _fail(output_dir, str(error))
     except Exception as error:  # any failure must reach FailureReason, then exit non-zero
         traceback.print_exc()
         return _fail(output_dir, f"{type(error).__name__}: {error}")

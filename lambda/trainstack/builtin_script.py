@@ -20,6 +20,15 @@ READABLE_MODES = ("File", "FastFile")
 
 def contract_problems(spec: JobSpec, strategy: str) -> list[Problem]:
     if not spec.uses_builtin_script:
+        if spec.health is not None:
+            return [
+                Problem(
+                    "health",
+                    None,
+                    "the health rules run inside trainstack's built-in training script, not in your own",
+                    "remove the health block, or run the built-in script (no image, no source_dir)",
+                )
+            ]
         return []
     problems = [
         Problem(

@@ -9,6 +9,8 @@ regexes over real training output, so the two cannot drift apart silently.
 
 from __future__ import annotations
 
+from trainstack_training.health_rules import RULES
+
 # Only plain character classes and one capturing group: SageMaker does not document which regex
 # features its log scanner supports, and these need none of the rest. Each key is distinct on the
 # line (no key is a suffix of another after " "), so no word boundaries are needed.
@@ -22,6 +24,10 @@ METRICS = {
     "train:samples_per_sec": rf" samples_per_sec={NUMBER}",
     "train:step_time": rf" step_time={NUMBER}",
     "train:mfu": rf" mfu={NUMBER}",
+    "train:grad_norm_layer_min": rf" grad_norm_layer_min={NUMBER}",
+    "train:grad_norm_layer_max": rf" grad_norm_layer_max={NUMBER}",
+    # A health rule's warning line publishes the step it tripped at (health_rules.py names the rules).
+    **{f"health:{rule}": rf"health rule={rule} step=([0-9]+)" for rule in RULES},
 }
 
 

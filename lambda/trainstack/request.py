@@ -38,7 +38,7 @@ def script_mode_hyperparameters(
     source = spec.source_dir or stack.source_s3_uri
     # With network isolation the code arrives as a channel; a channel keeps each object's base name.
     submit = f"{INPUT_DATA_ROOT}/{CODE_CHANNEL}/{source.rsplit('/', 1)[-1]}" if spec.network_isolation else source
-    values: dict[str, Any] = {**spec.hyperparameters, **overrides, "strategy": plan.strategy}
+    values: dict[str, Any] = {**spec.script_hyperparameters, **overrides, "strategy": plan.strategy}
     if spec.checkpoints:
         values["checkpoint_dir"] = CHECKPOINT_LOCAL_PATH
     if spec.tensorboard:

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainstack.durations import parse_duration
+from trainstack_training.health_rules import ACTIONS, RULES, parse_health
 
 Strategy = Literal["ddp", "smddp", "smp", "fsdp"]
 HyperparameterValue = str | int | float | bool | list[Any] | dict[str, Any]
@@ -90,6 +91,30 @@ class ModelShape(_Strict):
     steps: int | None = Field(default=None, ge=1, description="optimizer steps of the run, for its expected duration and cost")
 
 
+def _rule_summary() -> str:
+    return "; ".join(
+        f"{rule.name} ({', '.join(f'{k}={v:g}' for k, v in rule.parameters.items()) or 'no parameters'}; {rule.action}): "
+        f"trips when {rule.trips_when}"
+        for rule in RULES.values()
+    )
+
+
+class Health(_Strict):
+    """The built-in training script's health rules (training/trainstack_training/health_rules.py)."""
+
+    rules: dict[str, dict[str, Any] | bool] = Field(
+        default_factory=dict,
+        description=f"per rule: parameters and action ({', '.join(ACTIONS)}), or false to turn it off. {_rule_summary()}",
+    )
+    histogram_every: int = Field(default=0, ge=0, description="steps between weight and gradient histograms in TensorBoard")
+
+    @field_validator("rules")
+    @classmethod
+    def _known(cls, value: dict[str, Any]) -> dict[str, Any]:
+        parse_health(json.dumps(value))  # its ValueError names the rule, the key and the fix
+        return value
+
+
 class Budget(_Strict):
     max_usd: float = Field(gt=0, description="refuse a run whose worst case (every retry, every trial) costs more")
 
@@ -133,6 +158,9 @@ class JobSpec(_Strict):
         default=None, description="your own script's model, for the plan (the built-in script needs none)"
     )
     budget: Budget | None = None
+    health: Health | None = Field(
+        default=None, description="training health rules of the built-in script (every rule at its defaults)"
+    )
     force: bool = Field(default=False, description="launch even when the plan says it does not fit or is over budget")
 
     _durations = field_validator("warm_pool", "max_runtime", "max_pending", mode="before")(
@@ -176,6 +204,17 @@ class JobSpec(_Strict):
     def capacity_options(self) -> list[str]:
         """The instance types the job may run on, in priority order."""
         return list(self.instance_types or [self.instance_type])
+
+    @property
+    def script_hyperparameters(self) -> dict[str, HyperparameterValue]:
+        """What the script receives besides trainstack's own: the spec's hyperparameters and the
+        health block, in the names the built-in script's config reads."""
+        values: dict[str, HyperparameterValue] = dict(self.hyperparameters)
+        if self.health is not None:
+            values["health"] = json.dumps(self.health.rules, sort_keys=True)
+            if self.health.histogram_every:
+                values["histogram_every"] = self.health.histogram_every
+        return values
 
     @property
     def uses_builtin_script(self) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from trainstack_training.health_rules import RuleSetting, parse_health
 from trainstack_training.model_sizes import MODEL_NAMES
 
 STRATEGIES = ("ddp", "smddp", "smp", "fsdp")
@@ -75,6 +76,9 @@ class TrainConfig:
     startup_timeout: float = 1800.0  # seconds to the first step (compilation, resume), and for each save
     # On EFA hosts (FI_PROVIDER=efa) across several nodes, fail unless NCCL uses libfabric with the efa provider.
     require_efa_transport: bool = True
+    # Health rules (health_rules.py) as JSON: every rule at its defaults unless changed or turned off.
+    health: str = "{}"
+    histogram_every: int = 0  # steps between weight and gradient histograms in TensorBoard; 0: none
 
     def __post_init__(self) -> None:
         _one_of("strategy", self.strategy, STRATEGIES)
@@ -97,10 +101,20 @@ class TrainConfig:
         if self.cpu_offload and self.strategy != "fsdp":
             raise ConfigError("hyperparameter 'cpu_offload' needs strategy 'fsdp' (FSDP2 CPUOffloadPolicy)")
         parse_mp_parameters(self.mp_parameters)
+        if self.histogram_every < 0:
+            raise ConfigError(f"hyperparameter 'histogram_every' = {self.histogram_every}: steps, or 0 for none")
+        self.health_rules  # noqa: B018 - parsed here so a bad rule fails before training starts
 
     @property
     def smp_parameters(self) -> dict[str, typing.Any]:
         return parse_mp_parameters(self.mp_parameters)
+
+    @property
+    def health_rules(self) -> tuple[RuleSetting, ...]:
+        try:
+            return parse_health(self.health)
+        except ValueError as error:
+            raise ConfigError(f"hyperparameter 'health': {error}") from None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

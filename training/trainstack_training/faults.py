@@ -7,7 +7,8 @@ job's FailureReason (first 1,024 characters).
 
 For tests, a fault can be injected into a real run: `TRAINSTACK_INJECT_HANG=<rank>:<step>` makes
 that rank stop for good where it would load the data of that step, as a rank stuck on a hung file
-system read does.
+system read does; `TRAINSTACK_INJECT_NAN=<rank>:<step>` makes that rank's loss NaN at that step,
+as a bad batch or an overflow does; `TRAINSTACK_FREEZE=<layer>` makes a layer's gradients vanish.
 """
 
 from __future__ import annotations
@@ -49,6 +50,18 @@ def injected_hang(rank: int) -> int | None:
     """The step at which this rank is to hang, from TRAINSTACK_INJECT_HANG=<rank>:<step>; None for none."""
     target, _, step = os.environ.get("TRAINSTACK_INJECT_HANG", "").partition(":")
     return int(step) if target and int(target) == rank else None
+
+
+def injected_nan(rank: int) -> int | None:
+    """The step whose loss this rank makes NaN, from TRAINSTACK_INJECT_NAN=<rank>:<step>; None for none."""
+    target, _, step = os.environ.get("TRAINSTACK_INJECT_NAN", "").partition(":")
+    return int(step) if target and int(target) == rank else None
+
+
+def injected_frozen_layer() -> str | None:
+    """A layer (`blocks.1`) whose gradients are scaled to 1e-9 on every rank, as a layer that has
+    stopped learning: TRAINSTACK_FREEZE=<layer>; None for none."""
+    return os.environ.get("TRAINSTACK_FREEZE") or None
 
 
 def hang_forever() -> NoReturn:

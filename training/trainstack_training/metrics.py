@@ -57,6 +57,8 @@ FORMATS = {
     "samples_per_sec": "{:.1f}",
     "step_time": "{:.4f}",
     "mfu": "{:.4f}",
+    "grad_norm_layer_min": "{:.4e}",
+    "grad_norm_layer_max": "{:.4e}",
 }
 
 
@@ -103,6 +105,16 @@ class TensorBoardSink:
         for key, value in values.items():
             if key != "step":
                 self._writer.add_scalar(f"train/{key}", value, step)
+        self._writer.flush()
+
+    def write_layers(self, name: str, values: dict[str, float], step: int) -> None:
+        """One scalar per layer, e.g. grad_norm/blocks.3."""
+        for layer, value in values.items():
+            self._writer.add_scalar(f"{name}/{layer}", value, step)
+
+    def histograms(self, name: str, tensors: dict[str, torch.Tensor], step: int) -> None:
+        for layer, values in tensors.items():
+            self._writer.add_histogram(f"{name}/{layer}", values, step)
         self._writer.flush()
 
     def close(self) -> None:

@@ -19,7 +19,16 @@ from trainstack_training.config import TrainConfig
 from trainstack_training.data.images import ImageSet
 from trainstack_training.data.sampler import EpochShuffle, ShardPlan, micro_batch_indices
 from trainstack_training.data.tokens import DataError, TokenShards
-from trainstack_training.faults import StopRequest, hang_forever, injected_hang
+from trainstack_training.faults import StopRequest, hang_forever, injected_frozen_layer, injected_hang, injected_nan
+from trainstack_training.health import (
+    HealthMonitor,
+    HealthRuleTrippedError,
+    Verdict,
+    layer_gradient_norms,
+    layer_of,
+    layer_tensors,
+)
+from trainstack_training.health_rules import CHECKPOINT_AND_STOP
 from trainstack_training.metrics import TensorBoardSink, Throughput, format_line, peak_flops
 from trainstack_training.model_sizes import GPT_SIZES, is_language_model
 from trainstack_training.models import build_model
@@ -87,6 +96,13 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
     job_batch = config.micro_batch_size * config.grad_accum * context.world_size  # examples per step, all nodes
     tensorboard = TensorBoardSink(config.tensorboard_dir) if config.tensorboard_dir and context.is_main else None
     hang_at = injected_hang(context.rank)
+    nan_at = injected_nan(context.rank)
+    health = HealthMonitor(config.health_rules, fp16=config.precision == "fp16")
+    replicas = _shard_replicas(config, context.world_size)
+    if frozen := injected_frozen_layer():
+        for name, parameter in parallel.model.named_parameters():
+            if layer_of(name) == frozen:
+                parameter.register_hook(lambda grad: grad * 1e-9)
     parallel.module.train()
     while progress.step < config.max_steps:
         step = progress.step + 1  # as the metric lines number it
@@ -105,15 +121,28 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
                 autocast(config.precision, context.device, casts_itself),
             ):
                 micro_loss = parallel.module(inputs, targets) / config.grad_accum
+                if step == nan_at:
+                    micro_loss = micro_loss * float("nan")
                 (scaler.scale(micro_loss) if scaler else micro_loss).backward()
             loss += micro_loss.detach()
         watchdog.reached(Point.OPTIMIZER, step)
+        log_step = step % config.log_every == 0 or step == config.max_steps
+        # On log steps only: one reduction of per-layer squares (on shards with FSDP2/SMP), before the
+        # optimizer step clears the gradients; histograms every histogram_every steps on rank 0.
+        watched = log_step and bool(health.settings)  # with every rule off, nothing is computed
+        layer_norms = (
+            layer_gradient_norms(parallel.model.named_parameters(), parallel.shards_optimizer_state, replicas) if watched else {}
+        )
+        if tensorboard and config.histogram_every and step % config.histogram_every == 0:
+            tensorboard.histograms("weights", layer_tensors(parallel.model.named_parameters(), gradients=False), step)
+            tensorboard.histograms("gradients", layer_tensors(parallel.model.named_parameters(), gradients=True), step)
         grad_norm = _step(parallel.module, optimizer, scaler, config.grad_clip)
         scheduler.step()
         progress.step += 1
         progress.data.position += plan.global_batch
         watchdog.step_completed(step)
         throughput.add(job_batch * (seq_len or 1))
+        verdicts = [v for v in [health.check_step(step, grad_norm)] if v]
 
         if progress.step % config.log_every == 0 or progress.step == config.max_steps:
             mean_loss = distributed.all_reduce_mean(loss, context).item()
@@ -123,10 +152,21 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
             line["step_time"] = rates["step_time"]
             if "mfu" in rates:
                 line["mfu"] = rates["mfu"]
+            if layer_norms:
+                line["grad_norm_layer_min"] = min(layer_norms.values())
+                line["grad_norm_layer_max"] = max(layer_norms.values())
             if context.is_main:
                 print(format_line(line), flush=True)
             if tensorboard:
                 tensorboard.write(line)
+                tensorboard.write_layers("grad_norm", layer_norms, progress.step)
+            loss_scale = scaler.get_scale() if scaler else None
+            verdicts += health.check_interval(progress.step, mean_loss, grad_norm, layer_norms, loss_scale)
+        for verdict in verdicts:
+            if context.is_main:
+                print(verdict.line(), flush=True)
+        if ending := next((v for v in verdicts if v.ends_job), None):
+            _end_for_health(ending, checkpointer, state, optimizer if zero1 else None, watchdog, tensorboard)
 
         if distributed.any_rank(stop.requested, context):
             with watchdog.slow_phase():
@@ -189,6 +229,26 @@ def _lr_factor(step: int, config: TrainConfig) -> float:
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
+def _end_for_health(
+    verdict: Verdict, checkpointer: Checkpointer, state: TrainingState, zero1_optimizer: Any, watchdog: Watchdog, tensorboard: Any
+) -> None:
+    """A rule that ends the job: checkpoint first if its action says so (every rank takes part),
+    then fail with the rule, the step and the values as the job's failure reason."""
+    if verdict.action == CHECKPOINT_AND_STOP:
+        with watchdog.slow_phase():
+            path = checkpointer.save(state, zero1_optimizer)
+        log.warning("%s: saved %s", verdict.reason(), path)
+    if tensorboard:
+        tensorboard.close()
+    raise HealthRuleTrippedError(verdict.reason())
+
+
+def _shard_replicas(config: TrainConfig, world_size: int) -> int:
+    """Copies of each parameter shard: SMP's hybrid sharding replicates its shard groups."""
+    hybrid = int(config.smp_parameters.get("hybrid_shard_degree", 0) or 0) if config.strategy == "smp" else 0
+    return world_size // hybrid if 1 < hybrid < world_size else 1
+
+
 def _step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, grad_clip: float) -> float:
     if scaler:
         scaler.unscale_(optimizer)
@@ -196,13 +256,14 @@ def _step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any
     norm = clip(grad_clip) if clip else torch.nn.utils.clip_grad_norm_(module.parameters(), grad_clip)
     if hasattr(norm, "full_tensor"):  # FSDP2 returns a DTensor
         norm = norm.full_tensor()
+    value = float(norm)
     if scaler:
         scaler.step(optimizer)
         scaler.update()
-    else:
+    elif math.isfinite(value):  # a NaN or infinite gradient would poison every weight it touches
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return float(norm)
+    return value
 
 
 def _resume(

@@ -107,7 +107,7 @@ def builtin_config(spec: JobSpec, strategy: str, overrides: dict[str, Any] | Non
     """The built-in script's config exactly as it will parse it in the container: hyperparameters as
     the toolkit passes them (SM_HPS), the strategy trainstack sets, and the channels' distributions
     (SM_INPUT_DATA_CONFIG). Raises the script's own ConfigError."""
-    hyperparameters = {**spec.hyperparameters, **(overrides or {}), "strategy": strategy}
+    hyperparameters = {**spec.script_hyperparameters, **(overrides or {}), "strategy": strategy}
     channels = {name: {"S3DistributionType": channel.distribution} for name, channel in spec.inputs.items()}
     environ = {"SM_HPS": json.dumps(hyperparameters), "SM_INPUT_DATA_CONFIG": json.dumps(channels)}
     if "train" in spec.inputs:
