@@ -256,3 +256,17 @@ def test_an_upload_whose_run_cannot_start_waits_in_the_dead_letter_queue_until_r
 def _queued(sqs, queue_url: str) -> int:
     attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])
     return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
+
+
+def test_a_job_ended_by_a_health_rule_fails_the_run_with_the_rules_reason(pipeline):
+    stack, _ = pipeline
+    put(stack, "jobs/nan.yaml", job(environment={"TRAINSTACK_INJECT_NAN": "0:3"}))  # rank 0's loss is NaN at step 3
+    (execution,) = wait_for_new_executions(stack, known=0)
+    run = finish(execution)
+    assert run.status == "FAILED"
+    assert "health rule nonfinite tripped at step 3: grad_norm=nan" in run.cause
+    (message,) = notifications(stack)
+    assert message["status"] == "Failed" and "health rule nonfinite tripped at step 3" in message["trials"][0]["reason"]
+    s3 = boto3.client("s3", region_name=REGION)
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=stack.artifacts_bucket, Prefix="checkpoints/")["Contents"]]
+    assert any("step_00000003" in key and key.endswith("manifest.json") for key in keys)  # checkpoint_and_stop saved it
