@@ -74,7 +74,7 @@ def render() -> str:
     lines = [
         START,
         f"Llama 2 shapes, sequence 4,096, micro-batch 1, bf16, AdamW; {BATCH['steps']:,} steps for the expected cost; "
-        f"{prices['currency']} on-demand list prices in {prices['region']} as of {prices['as_of']}.",
+        f"prices in {prices['currency']}: {prices['source']}, {prices['region']}, {prices['as_of']}.",
         "",
         "| model | instances | strategy | act. ckpt | memory per GPU (GiB) | verdict | tokens/s | MFU | scaling vs 1 node "
         "| expected cost | worst case (72 h) | cheapest fix |",

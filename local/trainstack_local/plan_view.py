@@ -29,7 +29,7 @@ def show(plan: JobPlan, source: str, console: Console) -> None:
     console.print(
         f"Assumed: MFU {speed.ASSUMED_MFU:.0%} of dense peak; {memory.HEADROOM:.0%} of GPU memory kept free; "
         f"{memory.FRAMEWORK_OVERHEAD_BYTES / memory.GIB:.0f} GiB framework overhead; spot {cost.ASSUMED_SPOT_DISCOUNT:.0%} "
-        f"below on demand; {prices['currency']} list prices in {prices['region']} as of {prices['as_of']}.",
+        f"below on demand; prices in {prices['currency']}: {prices['source']}, {prices['region']}, {prices['as_of']}.",
         style="dim",
     )
     worst = report["worst_case_usd"]

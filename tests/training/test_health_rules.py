@@ -82,3 +82,16 @@ def test_a_warning_rules_line_is_what_its_metric_definition_publishes(tmp_path):
     assert trips and all(rule == "loss_not_decreasing" and action == "log" for rule, _, action in trips)
     published = re.findall(METRICS["health:loss_not_decreasing"], result.stdout)
     assert published == [step for _, step, _ in trips]
+
+
+def _layer_norms(output: str) -> list[tuple[float, float]]:
+    pattern = METRICS["train:grad_norm_layer_min"] + ".*" + METRICS["train:grad_norm_layer_max"]
+    return [(float(low), float(high)) for low, high in re.findall(pattern, output)]
+
+
+def test_fsdp2_per_layer_norms_reduced_from_shards_equal_ddps(tmp_path):
+    ddp = run(job_args(tmp_path / "ddp", "--strategy", "ddp", steps=2))
+    fsdp = run(job_args(tmp_path / "fsdp", "--strategy", "fsdp", steps=2))
+    assert ddp.returncode == 0 and fsdp.returncode == 0, (ddp.stderr[-2000:], fsdp.stderr[-2000:])
+    (ddp_first, _), (fsdp_first, _) = _layer_norms(ddp.stdout), _layer_norms(fsdp.stdout)
+    assert fsdp_first == pytest.approx(ddp_first, rel=1e-3)

@@ -89,7 +89,9 @@ GPU_MODELS: dict[str, dict[str, float]] = {
     "V100": {"bf16_tflops": 0.0, "fp16_tflops": 125.0, "tf32_tflops": 15.7, "gpu_link_gbytes": 150.0},
     # T4 data sheet: 65 TFLOPS fp16 (mixed) tensor; no bf16 or TF32 (8.1 fp32); PCIe Gen3 x16.
     "T4": {"bf16_tflops": 0.0, "fp16_tflops": 65.0, "tf32_tflops": 8.1, "gpu_link_gbytes": 16.0},
-    # A10G (AWS's A10 variant, EC2 G5 page: "up to 250 TOPS" per GPU...); PCIe Gen4 x16.
+    # A10G: NVIDIA publishes no data sheet for AWS's A10 variant; 70 TFLOPS bf16/fp16 dense is the
+    # figure the entry point's MFU lines already use (training/trainstack_training/metrics.py),
+    # unverified against a primary source. PCIe Gen4 x16.
     "A10G": {"bf16_tflops": 70.0, "fp16_tflops": 70.0, "tf32_tflops": 35.0, "gpu_link_gbytes": 32.0},
     # L4 data sheet: 242 bf16/fp16 and 120 TF32 with sparsity; PCIe Gen4 x16.
     "L4": {"bf16_tflops": 121.0, "fp16_tflops": 121.0, "tf32_tflops": 60.0, "gpu_link_gbytes": 32.0},
@@ -119,63 +121,110 @@ FAMILY_GPU: dict[str, str] = {
     "p6-b200": "B200",
 }
 
-# SageMaker training on-demand list prices per instance-hour. No maintained source on this machine
-# carries them (the AWS Price List API needs the network): they are the AWS Price List API's
-# AmazonSageMaker "Train:<type>" rates as last read (p5: after AWS's 2025 price reduction), for the
-# types listed; a type without a price has no worst case, so a budget refuses it. Re-check before
-# quoting: `aws pricing get-products --service-code AmazonSageMaker --filters
-# Type=TERM_MATCH,Field=usagetype,Value=USE1-Train:ml.p5.48xlarge`.
+# Prices. SageMaker's own training rates are not machine-readable offline (its pricing page renders
+# them with JavaScript; the AWS Price List API needs the network), so the planner prices a type as
+# the EC2 on-demand rate of the same instance times SAGEMAKER_PREMIUM. EC2 rates: us-east-1, Linux,
+# from the AWS Pricing API as Karpenter generates it (aws/karpenter-provider-aws,
+# pkg/providers/pricing/zz_generated.pricing_aws.go, "generated at 2026-07-20T13:44:30Z"); they
+# include the June 2025 P4/P5 reductions. p5e has no on-demand rate (capacity blocks only): no price.
+EC2_ON_DEMAND: dict[str, float] = {
+    "ml.p3.2xlarge": 3.06,
+    "ml.p3.8xlarge": 12.24,
+    "ml.p3.16xlarge": 24.48,
+    "ml.p3dn.24xlarge": 31.212,
+    "ml.p4d.24xlarge": 21.957642,
+    "ml.p4de.24xlarge": 27.44705,
+    "ml.p5.4xlarge": 6.88,
+    "ml.p5.48xlarge": 55.04,
+    "ml.p5en.48xlarge": 63.296,
+    "ml.p6-b200.48xlarge": 113.9328,
+    "ml.g5.xlarge": 1.006,
+    "ml.g5.2xlarge": 1.212,
+    "ml.g5.4xlarge": 1.624,
+    "ml.g5.8xlarge": 2.448,
+    "ml.g5.12xlarge": 5.672,
+    "ml.g5.16xlarge": 4.096,
+    "ml.g5.24xlarge": 8.144,
+    "ml.g5.48xlarge": 16.288,
+    "ml.g6.xlarge": 0.8048,
+    "ml.g6.2xlarge": 0.9776,
+    "ml.g6.4xlarge": 1.3232,
+    "ml.g6.8xlarge": 2.0144,
+    "ml.g6.12xlarge": 4.6016,
+    "ml.g6.16xlarge": 3.3968,
+    "ml.g6.24xlarge": 6.6752,
+    "ml.g6.48xlarge": 13.3504,
+    "ml.g6e.xlarge": 1.861,
+    "ml.g6e.2xlarge": 2.24208,
+    "ml.g6e.4xlarge": 3.00424,
+    "ml.g6e.8xlarge": 4.52856,
+    "ml.g6e.12xlarge": 10.49264,
+    "ml.g6e.16xlarge": 7.57719,
+    "ml.g6e.24xlarge": 15.06559,
+    "ml.g6e.48xlarge": 30.13118,
+    "ml.g4dn.xlarge": 0.526,
+    "ml.g4dn.2xlarge": 0.752,
+    "ml.g4dn.4xlarge": 1.204,
+    "ml.g4dn.8xlarge": 2.176,
+    "ml.g4dn.12xlarge": 3.912,
+    "ml.g4dn.16xlarge": 4.352,
+}
+# SageMaker training over EC2 for the same instance, the largest ratio among the pairs with both
+# rates sourced: ml.g5.xlarge $1.408 vs g5.xlarge $1.006 (1.40); ml.p4d.24xlarge $37.688 vs
+# p4d.24xlarge $32.7726 before the 2025 reduction (1.15). The largest, so a worst case errs high.
+SAGEMAKER_PREMIUM = 1.40
+
 PRICES = {
-    "as_of": "2025-11",
+    "as_of": "2026-07-20",
     "region": "us-east-1",
     "currency": "USD",
-    "source": "AWS Price List API, AmazonSageMaker, usage type <region>-Train:<instance type>, on demand",
+    "source": f"EC2 on-demand (AWS Pricing API via Karpenter's generated table) x {SAGEMAKER_PREMIUM} SageMaker premium",
 }
 
-# Per instance: network Gbit/s, host memory GiB, and the SageMaker training on-demand price per hour
-# (PRICES says where and when). Sources: the EC2 instance-type pages for network and memory; PRICES.
-INSTANCE_FIGURES: dict[str, tuple[float, float, float | None]] = {
-    "ml.p3.2xlarge": (10.0, 61.0, 3.825),
-    "ml.p3.8xlarge": (10.0, 244.0, 14.688),
-    "ml.p3.16xlarge": (25.0, 488.0, 28.152),
-    "ml.p3dn.24xlarge": (100.0, 768.0, 35.894),
-    "ml.g4dn.xlarge": (25.0, 16.0, 0.7364),
-    "ml.g4dn.2xlarge": (25.0, 32.0, 1.0528),
-    "ml.g4dn.4xlarge": (25.0, 64.0, 1.6856),
-    "ml.g4dn.8xlarge": (50.0, 128.0, 3.0464),
-    "ml.g4dn.12xlarge": (50.0, 192.0, 5.4768),
-    "ml.g4dn.16xlarge": (50.0, 256.0, 6.0928),
-    "ml.g5.xlarge": (10.0, 16.0, 1.408),
-    "ml.g5.2xlarge": (10.0, 32.0, 1.515),
-    "ml.g5.4xlarge": (25.0, 64.0, 2.03),
-    "ml.g5.8xlarge": (25.0, 128.0, 3.06),
-    "ml.g5.12xlarge": (40.0, 192.0, 7.09),
-    "ml.g5.16xlarge": (25.0, 256.0, 5.12),
-    "ml.g5.24xlarge": (50.0, 384.0, 10.18),
-    "ml.g5.48xlarge": (100.0, 768.0, 20.36),
-    "ml.g6.xlarge": (10.0, 16.0, 1.13),
-    "ml.g6.2xlarge": (10.0, 32.0, 1.22),
-    "ml.g6.4xlarge": (25.0, 64.0, 1.65),
-    "ml.g6.8xlarge": (25.0, 128.0, 2.52),
-    "ml.g6.12xlarge": (40.0, 192.0, 5.75),
-    "ml.g6.16xlarge": (25.0, 256.0, None),
-    "ml.g6.24xlarge": (50.0, 384.0, None),
-    "ml.g6.48xlarge": (100.0, 768.0, None),
-    "ml.g6e.xlarge": (20.0, 32.0, None),
-    "ml.g6e.2xlarge": (20.0, 64.0, None),
-    "ml.g6e.4xlarge": (20.0, 128.0, None),
-    "ml.g6e.8xlarge": (25.0, 256.0, None),
-    "ml.g6e.12xlarge": (100.0, 384.0, None),
-    "ml.g6e.16xlarge": (35.0, 512.0, None),
-    "ml.g6e.24xlarge": (200.0, 768.0, None),
-    "ml.g6e.48xlarge": (400.0, 1536.0, None),
-    "ml.p4d.24xlarge": (400.0, 1152.0, 37.688),
-    "ml.p4de.24xlarge": (400.0, 1152.0, None),
-    "ml.p5.4xlarge": (100.0, 256.0, None),
-    "ml.p5.48xlarge": (3200.0, 2048.0, 98.32),
-    "ml.p5e.48xlarge": (3200.0, 2048.0, None),
-    "ml.p5en.48xlarge": (3200.0, 2048.0, None),
-    "ml.p6-b200.48xlarge": (3200.0, 2048.0, None),
+# Per instance: network Gbit/s (baseline) and host memory GiB. Source: EC2's instance data as
+# Karpenter's generated instance-type tables carry it (2026), cross-checked with the EC2 pages.
+INSTANCE_FIGURES: dict[str, tuple[float, float]] = {
+    "ml.p3.2xlarge": (10.0, 61.0),
+    "ml.p3.8xlarge": (10.0, 244.0),
+    "ml.p3.16xlarge": (25.0, 488.0),
+    "ml.p3dn.24xlarge": (100.0, 768.0),
+    "ml.g4dn.xlarge": (25.0, 16.0),
+    "ml.g4dn.2xlarge": (25.0, 32.0),
+    "ml.g4dn.4xlarge": (25.0, 64.0),
+    "ml.g4dn.8xlarge": (50.0, 128.0),
+    "ml.g4dn.12xlarge": (50.0, 192.0),
+    "ml.g4dn.16xlarge": (50.0, 256.0),
+    "ml.g5.xlarge": (10.0, 16.0),
+    "ml.g5.2xlarge": (10.0, 32.0),
+    "ml.g5.4xlarge": (25.0, 64.0),
+    "ml.g5.8xlarge": (25.0, 128.0),
+    "ml.g5.12xlarge": (40.0, 192.0),
+    "ml.g5.16xlarge": (25.0, 256.0),
+    "ml.g5.24xlarge": (50.0, 384.0),
+    "ml.g5.48xlarge": (100.0, 768.0),
+    "ml.g6.xlarge": (10.0, 16.0),
+    "ml.g6.2xlarge": (10.0, 32.0),
+    "ml.g6.4xlarge": (25.0, 64.0),
+    "ml.g6.8xlarge": (25.0, 128.0),
+    "ml.g6.12xlarge": (40.0, 192.0),
+    "ml.g6.16xlarge": (25.0, 256.0),
+    "ml.g6.24xlarge": (50.0, 384.0),
+    "ml.g6.48xlarge": (100.0, 768.0),
+    "ml.g6e.xlarge": (20.0, 32.0),
+    "ml.g6e.2xlarge": (20.0, 64.0),
+    "ml.g6e.4xlarge": (20.0, 128.0),
+    "ml.g6e.8xlarge": (25.0, 256.0),
+    "ml.g6e.12xlarge": (100.0, 384.0),
+    "ml.g6e.16xlarge": (35.0, 512.0),
+    "ml.g6e.24xlarge": (200.0, 768.0),
+    "ml.g6e.48xlarge": (400.0, 1536.0),
+    "ml.p4d.24xlarge": (400.0, 1152.0),
+    "ml.p4de.24xlarge": (400.0, 1152.0),
+    "ml.p5.4xlarge": (100.0, 256.0),
+    "ml.p5.48xlarge": (3200.0, 2048.0),
+    "ml.p5e.48xlarge": (3200.0, 2048.0),
+    "ml.p5en.48xlarge": (3200.0, 2048.0),
+    "ml.p6-b200.48xlarge": (3200.0, 2048.0),
 }
 
 
@@ -186,8 +235,8 @@ def planner_figures(name: str, family: str) -> dict[str, float | str]:
         figures["gpu"] = FAMILY_GPU[family]
         figures.update({k: v for k, v in GPU_MODELS[FAMILY_GPU[family]].items() if v})
     if name in INSTANCE_FIGURES:
-        network, memory, price = INSTANCE_FIGURES[name]
+        network, memory = INSTANCE_FIGURES[name]
         figures.update(network_gbits=network, host_memory_gib=memory)
-        if price is not None:
-            figures["price_per_hour"] = price
+    if name in EC2_ON_DEMAND:
+        figures["price_per_hour"] = round(EC2_ON_DEMAND[name] * SAGEMAKER_PREMIUM, 4)
     return figures

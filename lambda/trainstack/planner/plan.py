@@ -19,7 +19,7 @@ from trainstack.instances import CATALOG
 from trainstack.planner.cost import Cost, run_cost
 from trainstack.planner.memory import GIB, MemoryBreakdown, memory_per_gpu
 from trainstack.planner.parallelism import Layout, layout_of
-from trainstack.planner.speed import Speed, speed
+from trainstack.planner.speed import PRECISION_PEAK, Speed, speed
 from trainstack.planner.workload import NotPlannableError, Workload, workload_of
 from trainstack.spec import JobSpec
 from trainstack.workflow import trials
@@ -124,8 +124,8 @@ def _plan_option(
     spec: JobSpec, index: int, instance: Instance, strategy: str, smp: dict[str, Any], workloads: list[Workload], trial_count: int
 ) -> OptionPlan:
     field = _field(spec, index)
-    if instance.kind != "gpu" or not instance.peak_tflops:
-        note = f"{instance.name} is not a GPU type the planner has figures for; memory and speed are not checked"
+    if instance.kind != "gpu":
+        note = f"{instance.name} has no GPUs (or Trainium's NeuronCores, which the planner does not model): not checked"
         return OptionPlan(instance.name, field, None, None, None, None, run_cost(spec, instance, trial_count, None), None, note)
     planned = []
     for workload in workloads:
@@ -133,10 +133,14 @@ def _plan_option(
         planned.append((memory_per_gpu(workload, layout).total, workload, layout))
     _, workload, layout = max(planned, key=lambda item: item[0])  # the trial that needs the most memory
     memory = memory_per_gpu(workload, layout)
-    pace = speed(workload, layout)
-    single = dataclasses.replace(layout, nodes=1, shard=min(layout.shard, layout.gpus_per_node))
-    efficiency = pace.tokens_per_second_per_gpu / speed(workload, single).tokens_per_second_per_gpu if layout.nodes > 1 else 1.0
-    run_seconds = pace.step_seconds * workload.steps if workload.steps else None
+    pace, efficiency, run_seconds = None, None, None
+    if instance.peak_tflops.get(_matmul(workload.precision)):  # speed needs the GPU's peak for this precision
+        pace = speed(workload, layout)
+        single = dataclasses.replace(layout, nodes=1, shard=min(layout.shard, layout.gpus_per_node))
+        efficiency = (
+            pace.tokens_per_second_per_gpu / speed(workload, single).tokens_per_second_per_gpu if layout.nodes > 1 else 1.0
+        )
+        run_seconds = pace.step_seconds * workload.steps if workload.steps else None
     cost = run_cost(spec, instance, trial_count, run_seconds)
     suggestion = None if memory.fits else cheapest_change(spec, workload, layout, smp)
     return OptionPlan(instance.name, field, layout, memory, pace, efficiency, cost, suggestion)
@@ -196,6 +200,10 @@ def _candidates(spec: JobSpec, workload: Workload, layout: Layout, smp: dict[str
                     changed = dataclasses.replace(workload, zero1=zero1, activation_checkpointing=checkpointing)
                     stage = 2 if instance is not layout.instance else 1 if nodes != layout.nodes else 0
                     yield stage, ", ".join(words), changed, layout_of(strategy, instance, nodes, parameters, zero1)
+
+
+def _matmul(precision: str) -> str:
+    return PRECISION_PEAK[precision]
 
 
 def _bigger(instance: Instance, than: Instance) -> bool:

@@ -29,6 +29,7 @@ NETWORK_LATENCY_S = 20e-6  # per ring step across nodes
 # bucketed all-reduce with backward (about 2/3 of a step's FLOPs); FSDP prefetches its all-gathers
 # in forward and backward; tensor parallelism's all-reduces sit on the critical path.
 OVERLAP = {"ddp": 2 / 3, "smddp": 2 / 3, "fsdp": 1.0, "smp": 1.0}
+PRECISION_PEAK = {"fp32": "tf32", "bf16": "bf16", "fp16": "fp16"}  # the peak a precision's matmuls run at
 RECOMPUTE_FACTOR = 4 / 3  # activation checkpointing repeats the forward pass: 8N instead of 6N FLOPs
 
 
@@ -51,9 +52,7 @@ class Speed:
 
 def peak_flops(layout: Layout, precision: str) -> float:
     """Dense tensor-core peak per GPU in the precision's matmul type (fp32 runs as TF32)."""
-    peaks = layout.instance.peak_tflops
-    key = {"fp32": "tf32", "bf16": "bf16", "fp16": "fp16"}[precision]
-    return peaks.get(key, 0.0) * 1e12
+    return layout.instance.peak_tflops.get(PRECISION_PEAK[precision], 0.0) * 1e12
 
 
 def flops_per_token(workload: Workload) -> float:
