@@ -1,11 +1,12 @@
 """Benchmark: our entry point against a bare PyTorch loop on the same model and batch (CPU).
 
-Usage: python tools/bench_train.py [--model gpt-small-bytes] [--steps 40] [--repeats 3]
+Usage: python tools/bench_train.py [--model gpt-small-bytes] [--steps 40] [--repeats 6]
 
 Both sides do the same math per step (forward, backward, grad-norm clip, AdamW); the difference
 is what the entry point adds around it: config, data plan and memory-mapped shards, loss
 averaging, stop-signal checks, logging, health rules. A third side runs the entry point with every
-health rule off, for the rules' own overhead. Runs alternate (ours, bare, rules off, ...) so drift on
+health rule off, for the rules' own overhead. Runs alternate, and the order rotates each repeat
+(the place in the order alone moved a side by 10% on this 2-core machine), so drift on
 the machine hits both; each run's first interval is warm-up and dropped; medians are reported.
 Also reports the time to save a DCP checkpoint as a multiple of one training step.
 """
@@ -108,7 +109,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--interval", type=int, default=5)
     parser.add_argument("--micro_batch", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=6, help="a multiple of 3: each side runs first, second and third alike")
     parser.add_argument("--bare-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_worker:
@@ -117,11 +118,20 @@ def main() -> int:
     ours_rates, bare_rates, unwatched_rates = [], [], []
     no_rules = ("--health", json.dumps(dict.fromkeys(RULES, False)))
     with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(args.repeats):
-            ours_rates += ours(args.model, args.steps, args.interval, args.micro_batch, Path(tmp) / f"ours{repeat}")
-            bare_rates += bare(args.model, args.steps, args.interval, args.micro_batch)
-            workdir = Path(tmp) / f"unwatched{repeat}"
-            unwatched_rates += ours(args.model, args.steps, args.interval, args.micro_batch, workdir, *no_rules)
+
+        def side(kind: str, repeat: int) -> None:
+            workdir = Path(tmp) / f"{kind}{repeat}"
+            if kind == "ours":
+                ours_rates.extend(ours(args.model, args.steps, args.interval, args.micro_batch, workdir))
+            elif kind == "bare":
+                bare_rates.extend(bare(args.model, args.steps, args.interval, args.micro_batch))
+            else:
+                unwatched_rates.extend(ours(args.model, args.steps, args.interval, args.micro_batch, workdir, *no_rules))
+
+        order = ["ours", "bare", "unwatched"]
+        for repeat in range(args.repeats):  # each side takes each place in the order equally often
+            for kind in order[repeat % 3 :] + order[: repeat % 3]:
+                side(kind, repeat)
         step_time, save_time = checkpoint_cost(args.model, args.micro_batch, Path(tmp))
     ours_median, bare_median = statistics.median(ours_rates), statistics.median(bare_rates)
     runs = f"{args.steps} steps x {args.repeats} alternating runs"

@@ -139,16 +139,22 @@ def layer_gradient_norms(
     """L2 norm of each layer's gradients. Sharded parameters (DTensor shards, FSDP1 flat views)
     hold only this rank's part: their squares are summed across ranks in one all-reduce (divided by
     the replicas of hybrid sharding, which hold the same shards)."""
-    layers: dict[str, list[torch.Tensor]] = {}
+    grads: list[torch.Tensor] = []
+    owners: list[str] = []
     for name, parameter in named_parameters:
         if parameter.grad is None or not parameter.requires_grad:
             continue
         grad = parameter.grad.to_local() if hasattr(parameter.grad, "to_local") else parameter.grad
-        layers.setdefault(layer_of(name), []).append(grad.detach().float().pow(2).sum())
-    if not layers:
+        if grad.numel():
+            grads.append(grad.detach())
+            owners.append(layer_of(name))
+    if not grads:
         return {}
-    names = list(layers)
-    squares = torch.stack([torch.stack(layers[name]).sum() for name in names])
+    # One fused kernel for every tensor's norm, as clip_grad_norm_ computes them.
+    squares_per_tensor = torch.stack(torch._foreach_norm(grads)).float().pow(2)
+    names = list(dict.fromkeys(owners))
+    index = torch.tensor([names.index(owner) for owner in owners], device=squares_per_tensor.device)
+    squares = torch.zeros(len(names), device=squares_per_tensor.device).index_add_(0, index, squares_per_tensor)
     if sharded and torch.distributed.is_initialized():
         torch.distributed.all_reduce(squares)
         squares = squares / replicas
