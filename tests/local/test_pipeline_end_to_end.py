@@ -53,6 +53,15 @@ def notifications(stack) -> list[dict]:
     return [json.loads(message) for _, message, *_ in topic.sent_notifications]
 
 
+def assert_run_failed_with(stack, reason: str) -> None:
+    """The one run fails with the job's reason as its Cause and in its notification."""
+    (execution,) = wait_for_new_executions(stack, known=0)
+    run = finish(execution)
+    assert run.status == "FAILED" and reason in run.cause
+    (message,) = notifications(stack)
+    assert message["status"] == "Failed" and reason in message["trials"][0]["reason"]
+
+
 def test_an_uploaded_spec_runs_to_completion_and_delivers_model_and_checkpoints(pipeline):
     stack, _ = pipeline
     put(stack, "jobs/team/e2e.yaml", job())
@@ -141,12 +150,7 @@ def test_a_failing_training_job_fails_the_execution_with_its_failure_reason(pipe
         "jobs/broken.yaml",
         job(inputs={"train": {"s3_uri": f"s3://{stack.trigger_bucket}/datasets/notes/", "mode": "File"}}),
     )
-    (execution,) = wait_for_new_executions(stack, known=0)
-    run = finish(execution)
-    assert run.status == "FAILED"
-    assert "no token shards" in run.cause
-    (message,) = notifications(stack)
-    assert message["status"] == "Failed" and "no token shards" in message["trials"][0]["reason"]
+    assert_run_failed_with(stack, "no token shards")
 
 
 def test_a_hyperparameter_the_builtin_script_would_refuse_is_refused_before_any_job(pipeline):
@@ -261,12 +265,7 @@ def _queued(sqs, queue_url: str) -> int:
 def test_a_job_ended_by_a_health_rule_fails_the_run_with_the_rules_reason(pipeline):
     stack, _ = pipeline
     put(stack, "jobs/nan.yaml", job(environment={"TRAINSTACK_INJECT_NAN": "0:3"}))  # rank 0's loss is NaN at step 3
-    (execution,) = wait_for_new_executions(stack, known=0)
-    run = finish(execution)
-    assert run.status == "FAILED"
-    assert "health rule nonfinite tripped at step 3: grad_norm=nan" in run.cause
-    (message,) = notifications(stack)
-    assert message["status"] == "Failed" and "health rule nonfinite tripped at step 3" in message["trials"][0]["reason"]
+    assert_run_failed_with(stack, "health rule nonfinite tripped at step 3: grad_norm=nan")
     s3 = boto3.client("s3", region_name=REGION)
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=stack.artifacts_bucket, Prefix="checkpoints/")["Contents"]]
     assert any("step_00000003" in key and key.endswith("manifest.json") for key in keys)  # checkpoint_and_stop saved it
