@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_EC2_METADATA_DISABLED := true
 export CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
-.PHONY: setup synth lint test test-fast cost local bench-train bench-lambda image clean facts
+.PHONY: setup synth lint test test-fast cost local bench-train bench-data bench-lambda image clean facts
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed $(SDK_VENV)/.installed ## venv + pinned deps + npm ci (idempotent)
 
@@ -83,6 +83,9 @@ local: setup ## install, then synth + gates + idle cost, then the whole pipeline
 
 bench-train: setup ## our entry point vs a bare PyTorch loop (tokens/s, medians) and checkpoint cost, on CPU
 	$(PY) tools/bench_train.py
+
+bench-data: setup ## start-up to the first batch against data set size, and the shuffle's memory (medians)
+	$(PY) tools/bench_data.py
 
 bench-lambda: setup ## Lambda cold import vs import boto3 (medians), and the transitions a 24-hour job costs
 	$(PY) tools/bench_lambda.py

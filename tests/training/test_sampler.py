@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import shutil
+import tracemalloc
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from trainstack_training.data.sampler import EpochShuffle, ShardPlan, micro_batch_indices
-from trainstack_training.data.tokens import TokenShards, data_set_name
+from trainstack_training.data.tokens import DataError, TokenShards, data_set_name, write_shard
 
 SAMPLE_TOKENS = Path(__file__).resolve().parents[2] / "training" / "sample_data" / "tokens"
 
@@ -62,3 +66,35 @@ def test_markers_and_spec_files_beside_the_shards_are_not_data(tmp_path):
     without = TokenShards(tmp_path, seq_len=64, vocab_size=256)
     assert (with_markers.name, len(with_markers)) == (without.name, len(without)) == (data_set_name(shards), len(without))
     assert with_markers.name.startswith("2 files")
+
+
+def test_the_shuffle_is_a_permutation_of_every_size():
+    for size in [1, 2, 3, 5, 7, 16, 17, 100, 1000, 1023, 1025]:
+        shuffle = EpochShuffle(size, seed=size)
+        for epoch in range(2):
+            assert sorted(shuffle(epoch * size + p) for p in range(size)) == list(range(size)), (size, epoch)
+
+
+def test_seeds_and_epochs_give_different_orders():
+    first = [EpochShuffle(1000, seed=0)(p) for p in range(1000)]
+    assert [EpochShuffle(1000, seed=1)(p) for p in range(1000)] != first
+    assert [EpochShuffle(1000, seed=0)(p) for p in range(1000, 2000)] != first
+
+
+def test_the_shuffle_of_a_billion_examples_holds_no_order_in_memory():
+    tracemalloc.start()
+    shuffle = EpochShuffle(10**9, seed=0)
+    picked = [shuffle(p) for p in (0, 1, 10**9 - 1, 10**9, 5 * 10**9 + 7)]
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 64 * 1024  # bytes: no list of a billion indices
+    assert all(0 <= index < 10**9 for index in picked) and len(set(picked[:3])) == 3
+
+
+def test_opening_a_data_set_reads_no_tokens_and_a_batch_checks_its_vocabulary(tmp_path):
+    tokens = np.arange(1000, dtype=np.int64) % 300  # ids up to 299: a uint16 shard
+    write_shard(tokens, tmp_path, "part-0")
+    data = TokenShards(tmp_path, seq_len=9, vocab_size=256)  # opens: nothing was read
+    data.batch([0])  # ids 0..9 fit
+    with pytest.raises(DataError, match=r"token id 270 in part-0.uint16.bin \(tokens 261..270\) .* vocabulary of 256"):
+        data.batch([29])  # tokens 261..270

@@ -4,6 +4,8 @@ The dtype travels in the file name, not in a side file, so each shard describes 
 SageMaker's ShardedByS3Key hands a node only some of the objects. Only files named like a shard are
 data: markers and spec files that arrive in the same channel (`_SUCCESS`, `job.yaml`) are not. A
 training example is a window of `seq_len + 1` tokens inside one shard (inputs and next-token targets).
+Opening a data set reads no tokens (only file names and sizes), whatever its size; token ids are
+checked against the vocabulary in the batches that read them.
 """
 
 from __future__ import annotations
@@ -54,9 +56,11 @@ class TokenShards:
         self._starts = np.cumsum([0, *self._counts])
         if self._starts[-1] == 0:
             raise DataError(f"shards in {directory} hold fewer than seq_len + 1 = {seq_len + 1} tokens each")
-        largest = max(int(s.max()) for s in self._shards)
-        if largest >= vocab_size:
-            raise DataError(f"token id {largest} in {directory} does not fit the model's vocabulary of {vocab_size}")
+        # Start-up reads no data: a shard whose dtype cannot hold an id beyond the vocabulary needs no
+        # check; the others are checked per batch, on the tokens that batch reads anyway.
+        self.vocab_size = vocab_size
+        self._paths = paths
+        self._unchecked = [np.iinfo(s.dtype).max >= vocab_size for s in self._shards]
 
     def __len__(self) -> int:
         return int(self._starts[-1])
@@ -66,6 +70,12 @@ class TokenShards:
         for index in indices:
             shard = int(np.searchsorted(self._starts, index, side="right") - 1)
             offset = (index - int(self._starts[shard])) * self.seq_len
-            rows.append(torch.from_numpy(self._shards[shard][offset : offset + self.seq_len + 1].astype(np.int64)))
+            tokens = self._shards[shard][offset : offset + self.seq_len + 1]
+            if self._unchecked[shard] and int(tokens.max()) >= self.vocab_size:
+                raise DataError(
+                    f"token id {int(tokens.max())} in {self._paths[shard].name} (tokens {offset}..{offset + self.seq_len}) "
+                    f"does not fit the model's vocabulary of {self.vocab_size}"
+                )
+            rows.append(torch.from_numpy(tokens.astype(np.int64)))
         window = torch.stack(rows)
         return window[:, :-1].contiguous(), window[:, 1:].contiguous()
