@@ -17,7 +17,7 @@ from trainstack.spec import parse_spec
 from trainstack_training.config import parse_config
 from trainstack_training.model_sizes import GPT_SIZES
 from trainstack_training.models import build_model
-from trainstack_training.strategies.memory import apply_activation_memory
+from trainstack_training.strategies.memory import apply_block_wrappers
 
 TOLERANCE = 0.15
 
@@ -25,7 +25,7 @@ TOLERANCE = 0.15
 def _measured(name: str, micro_batch: int, checkpointing: bool) -> int:
     torch.manual_seed(0)
     model = build_model(name)
-    apply_activation_memory(model, parse_config(["--activation_checkpointing", str(checkpointing).lower()], {}))
+    apply_block_wrappers(model, parse_config(["--activation_checkpointing", str(checkpointing).lower()], {}))
     size = GPT_SIZES[name]
     tokens = torch.randint(0, size.vocab_size, (micro_batch, size.block_size + 1))
     inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()

@@ -211,3 +211,13 @@ def test_smp_degrees_that_do_not_divide_the_world_are_refused(tmp_path):
     result = run([*job_args(tmp_path), "--strategy", "smp", "--mp_parameters", '{"hybrid_shard_degree": 3}'], env=env)
     assert result.returncode != 0
     assert "hybrid_shard_degree = 3 does not divide the world size 2" in (tmp_path / "output" / "failure").read_text()
+
+
+def test_compiled_blocks_and_fused_adamw_train_as_the_plain_run_does(tmp_path):
+    plain = run(job_args(tmp_path / "plain", steps=3))
+    fast = run(job_args(tmp_path / "fast", "--compile", "true", "--fused_adamw", "true", steps=3))
+    assert plain.returncode == 0 and fast.returncode == 0, fast.stderr[-3000:]
+    expected, got = losses(plain.stdout), losses(fast.stdout)
+    assert sorted(got) == [1, 2, 3]
+    for step, loss in expected.items():
+        assert got[step] == pytest.approx(loss, rel=1e-4), step

@@ -7,13 +7,13 @@ import torch
 from trainstack_training.config import parse_config
 from trainstack_training.model_sizes import GPT_SIZES
 from trainstack_training.models import build_model
-from trainstack_training.strategies.memory import apply_activation_memory
+from trainstack_training.strategies.memory import apply_block_wrappers
 
 
 def _loss_grads_and_saved_bytes(checkpointing: bool) -> tuple[float, list[torch.Tensor], int]:
     torch.manual_seed(0)
     model = build_model("gpt-small-bytes")
-    apply_activation_memory(model, parse_config(["--activation_checkpointing", str(checkpointing).lower()], {}))
+    apply_block_wrappers(model, parse_config(["--activation_checkpointing", str(checkpointing).lower()], {}))
     tokens = torch.randint(0, 256, (4, 128), generator=torch.Generator().manual_seed(1))
     saved = 0
 

@@ -51,6 +51,8 @@ class TrainConfig:
     activation_checkpointing: bool = False
     activation_offloading: bool = False
     zero1: bool = False
+    compile: bool = False  # torch.compile each transformer block (off by default: compiling on CPU costs more than it saves)
+    fused_adamw: bool = False  # AdamW's fused kernel (one launch per step instead of one per tensor)
     # DDP knobs
     bucket_cap_mb: int = 25
     gradient_as_bucket_view: bool = True

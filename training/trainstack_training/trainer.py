@@ -211,7 +211,9 @@ def _optimizer(module: torch.nn.Module, config: TrainConfig, zero1: bool) -> tor
     state of its own partition of the parameters (ZeRO stage 1)."""
     decay = [p for p in module.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in module.parameters() if p.requires_grad and p.dim() < 2]
-    options = {"lr": config.lr, "betas": ADAMW_BETAS}
+    options: dict[str, Any] = {"lr": config.lr, "betas": ADAMW_BETAS}
+    if config.fused_adamw:
+        options["fused"] = True
     if zero1:
         optimizer = ZeroRedundancyOptimizer(decay, optimizer_class=torch.optim.AdamW, weight_decay=config.weight_decay, **options)
         optimizer.add_param_group({"params": no_decay, "weight_decay": 0.0})

@@ -8,12 +8,12 @@ from torch.nn.parallel import DistributedDataParallel
 from trainstack_training.config import TrainConfig
 from trainstack_training.distributed import DistContext
 from trainstack_training.strategies.base import Parallelized
-from trainstack_training.strategies.memory import apply_activation_memory
+from trainstack_training.strategies.memory import apply_block_wrappers
 
 
 def apply(model: nn.Module, config: TrainConfig, context: DistContext) -> Parallelized:
     model.to(context.device)
-    apply_activation_memory(model, config)
+    apply_block_wrappers(model, config)
     if not context.is_distributed:
         return Parallelized(module=model, model=model)
     wrapped = DistributedDataParallel(

@@ -10,13 +10,13 @@ from trainstack_training.config import TrainConfig
 from trainstack_training.distributed import DistContext
 from trainstack_training.precision import compute_dtype
 from trainstack_training.strategies.base import Parallelized
-from trainstack_training.strategies.memory import apply_activation_memory
+from trainstack_training.strategies.memory import apply_block_wrappers
 
 
 def apply(model: nn.Module, config: TrainConfig, context: DistContext) -> Parallelized:
     if not config.cpu_offload:
         model.to(context.device)
-    apply_activation_memory(model, config)
+    apply_block_wrappers(model, config)
     dtype = compute_dtype(config.precision)
     options = {
         # Parameters compute in the run's precision; gradients reduce in fp32 for stable sums.

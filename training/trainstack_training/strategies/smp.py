@@ -14,7 +14,7 @@ from trainstack_training.config import ConfigError, TrainConfig
 from trainstack_training.distributed import DistContext
 from trainstack_training.precision import compute_dtype
 from trainstack_training.strategies.base import Parallelized
-from trainstack_training.strategies.memory import apply_activation_memory
+from trainstack_training.strategies.memory import apply_block_wrappers
 
 
 def check_degrees(parameters: dict, world_size: int) -> tuple[int, int]:
@@ -47,7 +47,7 @@ def apply(model: nn.Module, config: TrainConfig, context: DistContext) -> Parall
     tsm = sagemaker_libraries.import_smp()
     if tensor > 1:
         model = tsm.transform(model)
-    apply_activation_memory(model, config)
+    apply_block_wrappers(model, config)
     block_types = {type(block) for block in getattr(model, "blocks", [])}
     # GPU only: PyTorch's FSDP1 (which SMP extends) refuses to run without an accelerator.
     wrapped = FullyShardedDataParallel(model, **fsdp_options(config, context, block_types))
