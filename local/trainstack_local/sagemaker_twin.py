@@ -18,6 +18,8 @@ its own checkpoint directory. What the twin does the way SageMaker does it:
 - a non-zero exit of any host fails the job with that host's `/opt/ml/output/failure`; success
   uploads `/opt/ml/model` as `<S3OutputPath>/<job>/output/model.tar.gz`;
 - per-region image registries: a request whose image does not exist in its region is refused;
+- each host's output goes to CloudWatch Logs as it is written: group /aws/sagemaker/TrainingJobs,
+  stream `<job>/algo-N-<epoch seconds of the start>`, a new stream per host after a spot restart;
 - capacity: `refuse_capacity(instance_type)` makes jobs on that type fail as SageMaker reports it;
   a job with `ResourceConfig.InstancePreferences` runs on the first listed type that has capacity,
   reported as `SelectedInstanceType` / `SelectedInstanceCount`, and fails only when none has.
@@ -27,6 +29,7 @@ What it does not reproduce is listed in the README ("The SageMaker twin").
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -52,6 +55,7 @@ from trainstack_local.registry import ImageRegistry, TwinImage
 
 CAPACITY_FAILURE = f"{CAPACITY_FAILURE_MARKERS[0]}: Unable to provision requested ML compute capacity. Please retry later."
 SUBMIT_DIRECTORY = "sagemaker_submit_directory"
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"  # where SageMaker writes every training job's output
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class _Attempt:
     started: float = 0.0
     ended: float = 0.0
     running: threading.Event = field(default_factory=threading.Event)
+    epoch: int = 0  # wall-clock seconds at the start: SageMaker's log stream names carry it
+    logged: dict[str, int] = field(default_factory=dict)  # host -> bytes of its log sent to CloudWatch Logs
 
 
 class _Requests:
@@ -178,6 +184,7 @@ class JobRun:
             self._prepare_host(s3, attempt, host, stage if submit.startswith("s3://") else None)
         self._status("InProgress", "Training", "Training image download completed. Training in progress.")
         attempt.started = time.monotonic()
+        attempt.epoch = int(time.time())
         if self.job.training_start_time is None:
             self.job.training_start_time = _now()
         for host in self.hosts:
@@ -283,6 +290,7 @@ class JobRun:
         attempt.running.clear()
         syncer.join()
         self._sync_checkpoints(attempt)  # the last upload, after the containers are gone
+        self._sync_logs(attempt)
         return outcome
 
     def _stop_containers(self, attempt: _Attempt) -> None:
@@ -354,7 +362,36 @@ class JobRun:
     def _sync_loop(self, attempt: _Attempt) -> None:
         while attempt.running.is_set():
             self._sync_checkpoints(attempt)
+            self._sync_logs(attempt)
             time.sleep(self.twin.settings.sync_interval_seconds)
+
+    def _sync_logs(self, attempt: _Attempt) -> None:
+        """What SageMaker does with a container's output: CloudWatch Logs, group
+        /aws/sagemaker/TrainingJobs, one stream per host and start (`<job>/algo-1-<epoch>`), sent
+        as it is written."""
+        logs = boto3.client("logs", region_name=self.twin.region)
+        for host_container in attempt.containers:
+            path = host_container.log_path
+            if not path.exists():
+                continue
+            sent = attempt.logged.get(host_container.host, 0)
+            with path.open("rb") as handle:
+                handle.seek(sent)
+                data = handle.read()
+            complete = data[: data.rfind(b"\n") + 1] if attempt.running.is_set() else data  # whole lines while it runs
+            if not complete:
+                continue
+            stream = f"{self.name}/{host_container.host}-{attempt.epoch}"
+            if sent == 0:
+                with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+                    logs.create_log_group(logGroupName=LOG_GROUP)
+                logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
+            now = int(time.time() * 1000)
+            lines = complete.decode(errors="replace").splitlines() or [""]
+            for start in range(0, len(lines), 5000):  # PutLogEvents takes at most 10,000 events
+                events = [{"timestamp": now, "message": line or " "} for line in lines[start : start + 5000]]
+                logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=events)
+            attempt.logged[host_container.host] = sent + len(complete)
 
     def _sync_checkpoints(self, attempt: _Attempt) -> None:
         """Upload each host's new or changed checkpoint files to the one S3 prefix (deletions are not

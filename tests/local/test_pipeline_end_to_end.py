@@ -4,6 +4,7 @@ real handlers, and training jobs that really run (shared/design/architecture.md)
 from __future__ import annotations
 
 import json
+import re
 
 import boto3
 import pytest
@@ -78,6 +79,11 @@ def test_an_uploaded_spec_runs_to_completion_and_delivers_model_and_checkpoints(
     (message,) = notifications(stack)
     assert message["status"] == "Completed"
     assert message["trials"][0]["model_artifacts"] == f"s3://{stack.artifacts_bucket}/models/{name}/output/model.tar.gz"
+    logs = boto3.client("logs", region_name=REGION)
+    (stream,) = logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix=name)["logStreams"]
+    assert re.fullmatch(rf"{name}/algo-1-\d{{10}}", stream["logStreamName"])  # as SageMaker names them
+    events = logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream["logStreamName"])["events"]
+    assert any(e["message"].startswith("step=4 loss=") for e in events)
 
 
 def test_a_redelivered_event_does_not_launch_a_second_job(pipeline):
