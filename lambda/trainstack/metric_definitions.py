@@ -17,6 +17,7 @@ from trainstack_training.health_rules import RULES
 NUMBER = r"([0-9.eE+-]+)"
 
 METRICS = {
+    "train:step": r"step=([0-9]+) loss=",  # progress: what `trainstack status` and the dashboard show
     "train:loss": rf"step=[0-9]+ loss={NUMBER}",
     "train:learning_rate": rf" lr={NUMBER}",
     "train:grad_norm": rf" grad_norm={NUMBER}",

@@ -15,12 +15,14 @@ duration of `moto_bridges()` only:
 - Faults: `ApiFaults.inject(service, action, code)` makes the next calls of one API action fail as
   AWS reports that error (throttling, access denied, an SNS refusal), for the failure scenarios.
 - SageMaker: CreateTrainingJob refuses a duplicate name and an image missing from the region, as
-  the real API does, keeps the request's Environment (moto drops it) and hands the job to the
+  the real API does, keeps the request's Environment (moto drops it) and MetricDefinitions (moto
+  replaces them with a sample's) and hands the job to the
   twin; StopTrainingJob (moto has none) asks the twin to stop it.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
@@ -162,9 +164,11 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
             image = twin.check_image(self._get_param("AlgorithmSpecification")["TrainingImage"])
         except ImageNotFoundError as error:
             raise ValidationError(str(error)) from None
+        specification = copy.deepcopy(self._get_param("AlgorithmSpecification"))  # moto rewrites it in place
         result = create_training_job(self)
         job = self.sagemaker_backend.training_jobs[name]
         job.environment = self._get_param("Environment")
+        job.algorithm_specification = specification  # moto swaps in a sample's MetricDefinitions
         job.retry_strategy = self._get_param("RetryStrategy")
         twin.start(job, image)
         return result
