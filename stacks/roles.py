@@ -14,7 +14,7 @@ from stacks.compliance import acknowledge, nag_resource, skip_checkov
 from stacks.source_bundle import TrainingSource
 from stacks.storage import TrainingStorage
 from trainstack import facts
-from trainstack.layout import DATASETS_PREFIX, JOB_WRITABLE_PREFIXES
+from trainstack.layout import DATASETS_PREFIX, JOB_WRITABLE_PREFIXES, SOURCES_PREFIX, TRAINING_JOB_LOG_GROUP
 from trainstack.naming import training_job_name_prefix
 
 # What SageMaker needs to attach a job's network interfaces in VPC mode; these calls do not
@@ -106,6 +106,7 @@ class TrainingRoles(Construct):
         self.execution_role = role
 
         storage.trigger_bucket.grant_read(role, f"{DATASETS_PREFIX}*")
+        storage.artifacts_bucket.grant_read(role, f"{SOURCES_PREFIX}*")
         for prefix in JOB_WRITABLE_PREFIXES:
             storage.artifacts_bucket.grant_read_write(role, f"{prefix}*")
         source.grant_read(role)  # the code tarball and the container entry
@@ -141,7 +142,7 @@ class TrainingRoles(Construct):
         training_logs_arn = Stack.of(self).format_arn(
             service="logs",
             resource="log-group",
-            resource_name="/aws/sagemaker/TrainingJobs:*",
+            resource_name=f"{TRAINING_JOB_LOG_GROUP}:*",
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
         role.add_to_policy(
@@ -151,7 +152,14 @@ class TrainingRoles(Construct):
                 resources=[training_logs_arn],
             )
         )
-        readable = [(storage.trigger_bucket, DATASETS_PREFIX, "Jobs read the datasets they are given, and only under datasets/.")]
+        readable = [
+            (storage.trigger_bucket, DATASETS_PREFIX, "Jobs read the datasets they are given, and only under datasets/."),
+            (
+                storage.artifacts_bucket,
+                SOURCES_PREFIX,
+                "Jobs read the code `trainstack submit --source` uploads, only under sources/.",
+            ),
+        ]
         writable = [
             (storage.artifacts_bucket, prefix, f"Jobs write their own objects under {prefix} (one key per job lineage).")
             for prefix in JOB_WRITABLE_PREFIXES

@@ -10,8 +10,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from stacks.tarball import write_source_tarball
 from trainstack.entrypoint import ENTRY_FILE
+from trainstack.source_archive import write_source_tarball
 
 
 class TrainingSource(Construct):

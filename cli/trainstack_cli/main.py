@@ -1,15 +1,17 @@
-"""`trainstack`: validate a job spec, render its exact CreateTrainingJob request, print the schema.
+"""`trainstack`: check a job spec offline, then submit, watch, read the logs of and stop its runs.
 
     trainstack validate job.yaml                 # exit 1 with one line per problem
     trainstack render job.yaml --json            # the request, validated by botocore's own model
-    trainstack render job.yaml --outputs cdk-outputs.json   # real stack values (cdk deploy --outputs-file)
-    trainstack plan job.yaml [--json]            # memory per GPU, speed, worst-case cost; exit 0 fits, 1 not, 2 bad input
+    trainstack plan job.yaml [--json]            # memory per GPU, speed, worst-case cost
     trainstack schema > job.schema.json          # JSON Schema for editors
+    trainstack submit job.yaml [--source DIR] [--wait]   # on the stack (--stack NAME or --outputs FILE)
+    trainstack runs | status RUN | logs RUN [--follow] | stop RUN   # --json on every read command
+    trainstack local serve                       # the stack emulated on 127.0.0.1, for any AWS client
+    trainstack local run [job.yaml]              # one run on the emulated stack, shown live
     trainstack redrive --outputs cdk-outputs.json  # deliver the events the trigger dead-letter queue holds
 
-Offline: without --outputs the stack's values are marked placeholders, and a ShardedByS3Key
-channel's object count is checked when the pipeline validates the spec (or here with --check-s3,
-which needs AWS credentials).
+Offline: without --outputs `render` marks the stack's values as placeholders, and a ShardedByS3Key
+channel's object count is checked when the pipeline validates the spec (or here with --check-s3).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from trainstack import images
 from trainstack.identity import Run
@@ -29,7 +32,9 @@ from trainstack.rules import SpecRejectedError, resolve
 from trainstack.s3uri import count_objects
 from trainstack.spec import SpecError, json_schema, load_spec
 from trainstack.stack_context import DEAD_LETTER_OUTPUT, STOP_FUNCTION_OUTPUT, StackContext, read_outputs_file
-from trainstack_local.redrive import redrive
+from trainstack_cli.operate_command import operate_command
+from trainstack_cli.redrive import redrive
+from trainstack_cli.stack import EXIT_CODES, OUTPUTS_VARIABLE, STACK_VARIABLE, CliError, find_stack
 
 PLACEHOLDER = "PLACEHOLDER"
 
@@ -55,7 +60,23 @@ def s3_object_counter() -> Callable[[str], int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trainstack", description=__doc__.splitlines()[0])
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except CliError as error:
+        print(f"trainstack {args.command}: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainstack",
+        description=__doc__.splitlines()[0],
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     for name in ("validate", "render"):
         command = commands.add_parser(name)
@@ -75,8 +96,51 @@ def main(argv: list[str] | None = None) -> int:
     redrive_command = commands.add_parser("redrive", help="deliver the events EventBridge could not (needs credentials)")
     redrive_command.add_argument("--outputs", type=Path, required=True, help="cdk deploy --outputs-file JSON")
     redrive_command.add_argument("--stack", help="the stack's name, when the file holds several")
-    args = parser.parse_args(argv)
 
+    submit = _stack_command(commands, "submit", "validate a spec here, upload it (and --source), start the run")
+    submit.add_argument("spec", type=Path)
+    submit.add_argument("--source", type=Path, help="a local folder packed as sourcedir.tar.gz into the artifacts bucket")
+    submit.add_argument("--inline", action="store_true", help="start an execution with the spec inline instead of uploading it")
+    submit.add_argument("--wait", action="store_true", help="follow the run live until it ends; the exit code is the run's")
+    runs = _stack_command(commands, "runs", "recent runs: status, trials, billable seconds, cost so far")
+    runs.add_argument("--limit", type=int, default=20)
+    status = _stack_command(commands, "status", "a run's state, trials, history, latest metrics, cost so far")
+    status.add_argument("run", help="the execution's name (or ARN), as `runs` lists it")
+    logs = _stack_command(commands, "logs", "a trial's training job logs (CloudWatch Logs)")
+    logs.add_argument("run")
+    logs.add_argument("--trial", type=int, help="the trial of a sweep (default: the latest job)")
+    logs.add_argument("--host", help="one host, e.g. algo-2 (default: every host)")
+    logs.add_argument("--follow", action="store_true", help="keep printing until the job ends")
+    stop = _stack_command(commands, "stop", "stop the run and its jobs (their checkpoints are kept)")
+    stop.add_argument("run")
+
+    local = commands.add_parser("local", help="the stack emulated on this machine (needs `make synth`)")
+    local_commands = local.add_subparsers(dest="local_command", required=True)
+    serve = local_commands.add_parser("serve", help="serve the emulated stack on 127.0.0.1 for any AWS client")
+    serve.add_argument("--port", type=int, default=0, help="default: a free port")
+    serve.add_argument("--workdir", type=Path)
+    run = local_commands.add_parser("run", help="one run on the emulated stack, shown live; the exit code is the run's")
+    run.add_argument("spec", type=Path, nargs="?", help="default: the embedded default job")
+    run.add_argument("--source", type=Path)
+    run.add_argument("--output-dir", type=Path, default=Path("local-output"), help="where model.tar.gz is copied")
+    run.add_argument("--workdir", type=Path)
+    return parser
+
+
+def _stack_command(commands: Any, name: str, help_text: str) -> argparse.ArgumentParser:
+    command = commands.add_parser(name, help=help_text)
+    command.add_argument("--stack", help=f"the deployed stack's name (default: ${STACK_VARIABLE})")
+    command.add_argument("--outputs", type=Path, help=f"cdk deploy --outputs-file JSON (default: ${OUTPUTS_VARIABLE})")
+    command.add_argument("--profile")
+    command.add_argument("--region")
+    if name != "submit":
+        command.add_argument("--json", action="store_true", help="machine-readable output")
+    else:
+        command.add_argument("--json", action="store_true", help="print the run's name (and with --wait the run) as JSON")
+    return command
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "schema":
         print(json.dumps(json_schema(), indent=2))
         return 0
@@ -84,6 +148,17 @@ def main(argv: list[str] | None = None) -> int:
         return _redrive(args.outputs, args.stack)
     if args.command == "plan":
         return _plan(args.spec, args.json)
+    if args.command == "local":
+        from trainstack_cli import local_commands
+
+        return local_commands.run(args)
+    if args.command in ("submit", "runs", "status", "logs", "stop"):
+        stack = find_stack(args.stack, args.outputs, args.profile, args.region)
+        return operate_command(args, stack)
+    return _validate_or_render(args)
+
+
+def _validate_or_render(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.spec.read_text(), str(args.spec))
         checked = preflight(spec, s3_object_counter() if args.check_s3 else None, args.region)
@@ -136,7 +211,7 @@ def _plan(path: Path, as_json: bool) -> int:
     else:
         from rich.console import Console
 
-        from trainstack_local.plan_view import show
+        from trainstack_cli.plan_view import show
 
         show(plan, str(path), Console())
         for problem in plan_problems(plan):

@@ -10,5 +10,9 @@ DATASETS_PREFIX = "datasets/"
 MODELS_PREFIX = "models/"
 CHECKPOINTS_PREFIX = "checkpoints/"
 TENSORBOARD_PREFIX = "tensorboard/"
+SOURCES_PREFIX = "sources/"  # code `trainstack submit --source` packs; jobs read it, never write it
+
+# CloudWatch Logs: where SageMaker writes every training job's output, one stream per host and start.
+TRAINING_JOB_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 
 JOB_WRITABLE_PREFIXES = (MODELS_PREFIX, CHECKPOINTS_PREFIX, TENSORBOARD_PREFIX)

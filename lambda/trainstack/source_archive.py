@@ -1,5 +1,5 @@
-"""The training code as the tar.gz that script mode expects (pure Python: no CDK import, so local
-mode can use it too).
+"""Training code as the tar.gz that script mode expects (pure Python: the stack's source bundle,
+`trainstack submit --source` and local mode all pack with it).
 
 SageMaker's framework containers download `sagemaker_submit_directory` and untar it, but CDK
 zips folder assets. So the folder is packed here into a tar.gz with fixed timestamps, owners,

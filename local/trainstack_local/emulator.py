@@ -68,7 +68,7 @@ class TrainingFiles:
 
 
 def training_files(workdir: Path) -> TrainingFiles:
-    from stacks.tarball import write_source_tarball
+    from trainstack.source_archive import write_source_tarball
 
     return TrainingFiles(write_source_tarball(TRAINING, workdir / "sourcedir.tar.gz"), TRAINING / ENTRY_FILE)
 

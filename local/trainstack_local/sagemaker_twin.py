@@ -47,6 +47,7 @@ from typing import Any
 import boto3
 
 from trainstack import facts
+from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.s3uri import split_s3_uri
 from trainstack.workflow import CAPACITY_FAILURE_MARKERS
 from trainstack_local import container
@@ -55,7 +56,6 @@ from trainstack_local.registry import ImageRegistry, TwinImage
 
 CAPACITY_FAILURE = f"{CAPACITY_FAILURE_MARKERS[0]}: Unable to provision requested ML compute capacity. Please retry later."
 SUBMIT_DIRECTORY = "sagemaker_submit_directory"
-LOG_GROUP = "/aws/sagemaker/TrainingJobs"  # where SageMaker writes every training job's output
 
 
 @dataclass(frozen=True)
@@ -384,13 +384,13 @@ class JobRun:
             stream = f"{self.name}/{host_container.host}-{attempt.epoch}"
             if sent == 0:
                 with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
-                    logs.create_log_group(logGroupName=LOG_GROUP)
-                logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
+                    logs.create_log_group(logGroupName=TRAINING_JOB_LOG_GROUP)
+                logs.create_log_stream(logGroupName=TRAINING_JOB_LOG_GROUP, logStreamName=stream)
             now = int(time.time() * 1000)
             lines = complete.decode(errors="replace").splitlines() or [""]
             for start in range(0, len(lines), 5000):  # PutLogEvents takes at most 10,000 events
                 events = [{"timestamp": now, "message": line or " "} for line in lines[start : start + 5000]]
-                logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=events)
+                logs.put_log_events(logGroupName=TRAINING_JOB_LOG_GROUP, logStreamName=stream, logEvents=events)
             attempt.logged[host_container.host] = sent + len(complete)
 
     def _sync_checkpoints(self, attempt: _Attempt) -> None:

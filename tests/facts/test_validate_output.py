@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainstack_local.cli import main
+from trainstack_cli.main import main
 
 
 def test_validate_shows_the_version_an_alias_resolves_to(tmp_path, capsys):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stacks.tarball import write_source_tarball
 from trainstack.entrypoint import ENTRY_FILE
+from trainstack.source_archive import write_source_tarball
 
 TRAINING = Path(__file__).resolve().parents[2] / "training"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trainstack_cli.main import main
+
 from trainstack.request import validate_request
-from trainstack_local.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

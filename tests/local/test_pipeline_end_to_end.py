@@ -9,9 +9,10 @@ import re
 import boto3
 import pytest
 import yaml
+from trainstack_cli import main as cli
 
+from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.stack_context import DEAD_LETTER_OUTPUT
-from trainstack_local import cli
 from trainstack_local.emulator import ACCOUNT, REGION, local_aws, training_files
 from trainstack_local.pipeline import executions, finish, training_jobs, upload_sample_data, wait_for_new_executions
 from trainstack_local.sagemaker_twin import wait_for
@@ -80,9 +81,9 @@ def test_an_uploaded_spec_runs_to_completion_and_delivers_model_and_checkpoints(
     assert message["status"] == "Completed"
     assert message["trials"][0]["model_artifacts"] == f"s3://{stack.artifacts_bucket}/models/{name}/output/model.tar.gz"
     logs = boto3.client("logs", region_name=REGION)
-    (stream,) = logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix=name)["logStreams"]
+    (stream,) = logs.describe_log_streams(logGroupName=TRAINING_JOB_LOG_GROUP, logStreamNamePrefix=name)["logStreams"]
     assert re.fullmatch(rf"{name}/algo-1-\d{{10}}", stream["logStreamName"])  # as SageMaker names them
-    events = logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream["logStreamName"])["events"]
+    events = logs.get_log_events(logGroupName=TRAINING_JOB_LOG_GROUP, logStreamName=stream["logStreamName"])["events"]
     assert any(e["message"].startswith("step=4 loss=") for e in events)
 
 

@@ -8,8 +8,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
-
-from trainstack_local.redrive import redrive
+from trainstack_cli.redrive import redrive
 
 REGION = "us-east-1"
 STOP = f"arn:aws:lambda:{REGION}:123456789012:function:trainstack-stop"

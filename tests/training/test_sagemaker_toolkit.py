@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from stacks.tarball import write_source_tarball
 from tests.training.launch import ROOT, losses
+from trainstack.source_archive import write_source_tarball
 from trainstack_local import container
 
 pytestmark = pytest.mark.slow

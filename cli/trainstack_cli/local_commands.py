@@ -1,0 +1,80 @@
+"""`trainstack local serve` and `trainstack local run`: the CLI's commands on the emulated stack
+(trainstack_local), which they import only when asked: the CLI itself needs no emulation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from trainstack_cli.operate_command import follow
+from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, CliError, Stack, find_stack
+from trainstack_cli.views import duration
+
+TEMPLATE = Path("cdk.out") / "trainstack.template.json"
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainstack_local.emulator import ROOT
+    from trainstack_local.serve import serve
+
+    template_path = ROOT / TEMPLATE
+    if not template_path.exists():
+        raise CliError(f"{template_path} is missing; run `make synth` first", EXIT_BAD_INPUT)
+    template = json.loads(template_path.read_text())
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="trainstack-local-"))
+    console = Console()
+    if args.local_command == "serve":
+        with serve(template, workdir, port=args.port) as (served, _, _):
+            for name, value in served.environment().items():
+                print(f"export {name}={value}")
+            print(
+                f"# trainstack local: serving the emulated stack at {served.endpoint}; outputs in {served.outputs_file}; "
+                "Ctrl-C stops it",
+                flush=True,
+            )
+            _wait_for_signal()
+        return EXIT_OK
+    from trainstack_local.__main__ import DEFAULT_JOB
+
+    spec = args.spec or DEFAULT_JOB
+    started = time.monotonic()
+    with serve(template, workdir) as (served, _, twin):
+        stack = find_stack(None, served.outputs_file, None, None)  # in-process: moto answers without HTTP
+        from trainstack_cli import operate
+
+        name = operate.submit(stack, spec, args.source)
+        console.print(f"trainstack local: {spec.name} submitted to the emulated stack: run {name}")
+        view = follow(stack, name, console)
+        twin.wait()
+        view = operate.read_run(stack, name)
+        console.print(f"run {view.name}: {view.status}" + (f" ({view.cause})" if view.cause else ""))
+        for trial in view.trials:
+            loss = trial.metrics.get("train:loss")
+            console.print(f"  job {trial.job_name}: {trial.status}; final loss {'-' if loss is None else f'{loss:.4f}'}")
+            if trial.model_artifacts:
+                local = _copy_model(stack, trial.model_artifacts, args.output_dir / trial.job_name)
+                console.print(f"  model: {local}")
+    console.print(f"  wall time {duration(int(time.monotonic() - started))}; the hosts' /opt/ml are under {workdir}")
+    return EXIT_OK if view.status == "SUCCEEDED" else EXIT_RUN_FAILED
+
+
+def _copy_model(stack: Stack, uri: str, directory: Path) -> Path:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    directory.mkdir(parents=True, exist_ok=True)
+    destination = directory / "model.tar.gz"
+    stack.client("s3").download_file(bucket, key, str(destination))
+    return destination.resolve()
+
+
+def _wait_for_signal() -> None:
+    stopped = threading.Event()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, lambda *_: stopped.set())
+    stopped.wait()

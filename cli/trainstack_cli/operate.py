@@ -1,0 +1,286 @@
+"""The commands that act on a stack: submit, runs, status, logs, stop (the AWS calls; runs.py shapes
+what they answer)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainstack.layout import JOBS_PREFIX, SOURCES_PREFIX, TRAINING_JOB_LOG_GROUP
+from trainstack.preflight import preflight
+from trainstack.rules import SpecRejectedError
+from trainstack.source_archive import write_source_tarball
+from trainstack.spec import SpecError, load_spec
+from trainstack.workflow import RUNNING
+from trainstack_cli.runs import RunView, latest_metrics, run_identity, run_view, trial_index, trial_view
+from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_RUN_FAILED, EXIT_UNKNOWN_RUN, CliError, Stack, aws_errors
+
+EXECUTION_APPEARS_SECONDS = 60  # EventBridge starts a run seconds after the upload
+METRIC_LOG_EVENTS = 2000  # the newest lines of a host's log that `status` scans for metrics
+
+
+# -- submit ---------------------------------------------------------------------------------------
+def submit(stack: Stack, spec_path: Path, source_dir: Path | None = None, inline: bool = False) -> str:
+    """Validate the spec here, upload the code it needs, start the run; return the run's name."""
+    try:
+        text = spec_path.read_text()
+    except OSError as error:
+        raise CliError(f"{spec_path}: cannot read it ({error.strerror})", EXIT_BAD_INPUT) from None
+    data = _spec_mapping(text, spec_path)
+    with tempfile.TemporaryDirectory(prefix="trainstack-source-") as scratch:
+        archive = None
+        if source_dir is not None:
+            archive = _pack(source_dir, Path(scratch))
+            digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
+            data["source_dir"] = f"s3://{stack.context.artifacts_bucket}/{SOURCES_PREFIX}{digest}/sourcedir.tar.gz"
+        _validate(data, spec_path, stack.region)
+        with aws_errors(f"stack {stack.name}"):
+            if archive is not None:
+                bucket, _, key = data["source_dir"].removeprefix("s3://").partition("/")
+                stack.client("s3").upload_file(str(archive), bucket, key)
+            if inline:
+                name = f"{data['name']}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
+                stack.client("stepfunctions").start_execution(
+                    stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps({"spec": data})
+                )
+                return name
+            key = f"{JOBS_PREFIX}{spec_path.name}"
+            body = text if source_dir is None else yaml.safe_dump(data, sort_keys=False)
+            version = stack.client("s3").put_object(Bucket=stack.trigger_bucket, Key=key, Body=body.encode()).get("VersionId")
+            return _execution_for_upload(stack, f"s3://{stack.trigger_bucket}/{key}#{version}")
+
+
+def _spec_mapping(text: str, path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise CliError(f"{path}: not valid YAML or JSON ({str(error).splitlines()[0]})", EXIT_BAD_INPUT) from None
+    if not isinstance(data, dict):
+        raise CliError(f"{path}: a job spec is a mapping of fields", EXIT_BAD_INPUT)
+    return data
+
+
+def _validate(data: dict[str, Any], path: Path, region: str) -> None:
+    """The Validate step's own checks, before anything is uploaded or billed."""
+    try:
+        preflight(load_spec(json.dumps(data), str(path)), None, region)
+    except (SpecError, SpecRejectedError) as error:
+        raise CliError("; ".join(f"{path}: {p}" for p in error.problems) + "; nothing was submitted", EXIT_BAD_INPUT) from None
+
+
+def _pack(source_dir: Path, scratch: Path) -> Path:
+    if not source_dir.is_dir():
+        raise CliError(f"--source {source_dir}: not a directory; give the folder that holds the entry point", EXIT_BAD_INPUT)
+    try:
+        return write_source_tarball(source_dir, scratch / "sourcedir.tar.gz")
+    except ValueError as error:
+        raise CliError(f"--source {source_dir}: {error}", EXIT_BAD_INPUT) from None
+
+
+def _execution_for_upload(stack: Stack, lineage: str) -> str:
+    """The execution EventBridge started for this upload (its input names the key and version)."""
+    sfn = stack.client("stepfunctions")
+    seen: set[str] = set()
+    deadline = time.monotonic() + EXECUTION_APPEARS_SECONDS
+    while time.monotonic() < deadline:
+        for summary in sfn.list_executions(stateMachineArn=stack.state_machine_arn, maxResults=50)["executions"]:
+            if summary["executionArn"] in seen:
+                continue
+            seen.add(summary["executionArn"])
+            if run_identity(sfn.describe_execution(executionArn=summary["executionArn"])).lineage == lineage:
+                return summary["name"]
+        time.sleep(0.5)
+    raise CliError(
+        f"uploaded {lineage.partition('#')[0]}, but no run started within {EXECUTION_APPEARS_SECONDS} s; "
+        "check the stack's JobSpecUploaded rule and the trigger dead-letter queue (trainstack redrive)",
+        EXIT_RUN_FAILED,
+    )
+
+
+# -- reading runs ---------------------------------------------------------------------------------
+def execution_arn(stack: Stack, run: str) -> str:
+    if run.startswith("arn:"):
+        return run
+    return stack.state_machine_arn.replace(":stateMachine:", ":execution:", 1) + ":" + run
+
+
+def describe_execution(stack: Stack, run: str) -> dict[str, Any]:
+    from botocore.exceptions import ClientError
+
+    sfn = stack.client("stepfunctions")
+    try:
+        return sfn.describe_execution(executionArn=execution_arn(stack, run))
+    except ClientError as error:
+        if error.response["Error"]["Code"] in ("ExecutionDoesNotExist", "InvalidArn"):
+            raise CliError(f"no run {run} in stack {stack.name}; `trainstack runs` lists them", EXIT_UNKNOWN_RUN) from None
+        raise
+
+
+def trial_jobs(stack: Stack, execution: dict[str, Any]) -> list[dict[str, Any]]:
+    """DescribeTrainingJob of every job the run created, oldest first."""
+    sagemaker = stack.client("sagemaker")
+    run = run_identity(execution)
+    names = [
+        job["TrainingJobName"]
+        for page in sagemaker.get_paginator("list_training_jobs").paginate(NameContains=run.digest)
+        for job in page["TrainingJobSummaries"]
+        if run.owns(job["TrainingJobName"], stack.context.name_prefix)
+    ]
+    jobs = [sagemaker.describe_training_job(TrainingJobName=name) for name in names]
+    return sorted(jobs, key=lambda job: job["CreationTime"])
+
+
+def read_run(stack: Stack, run: str, with_metrics: bool = True) -> RunView:
+    with aws_errors(f"stack {stack.name}"):
+        execution = describe_execution(stack, run)
+        sfn = stack.client("stepfunctions")
+        history = [
+            e
+            for page in sfn.get_paginator("get_execution_history").paginate(executionArn=execution["executionArn"])
+            for e in page["events"]
+        ]
+        now = datetime.now(UTC)
+        trials = []
+        for job in trial_jobs(stack, execution):
+            metrics = _job_metrics(stack, job) if with_metrics else {}
+            trials.append(trial_view(job, now, metrics))
+        return run_view(execution, history, trials, now)
+
+
+def list_runs(stack: Stack, limit: int) -> list[RunView]:
+    with aws_errors(f"stack {stack.name}"):
+        summaries = stack.client("stepfunctions").list_executions(stateMachineArn=stack.state_machine_arn, maxResults=limit)[
+            "executions"
+        ]
+    return [
+        read_run(stack, s["executionArn"], with_metrics=False)
+        for s in sorted(summaries, key=lambda s: s["startDate"], reverse=True)
+    ]
+
+
+def _job_metrics(stack: Stack, job: dict[str, Any]) -> dict[str, float]:
+    definitions = job.get("AlgorithmSpecification", {}).get("MetricDefinitions") or []
+    if not definitions:
+        return {}
+    streams = _streams(stack, job["TrainingJobName"], "algo-1")
+    if not streams:
+        return {}
+    events = stack.client("logs").get_log_events(
+        logGroupName=TRAINING_JOB_LOG_GROUP, logStreamName=streams[-1], startFromHead=False, limit=METRIC_LOG_EVENTS
+    )["events"]
+    return latest_metrics(definitions, (e["message"] for e in events))
+
+
+# -- logs -----------------------------------------------------------------------------------------
+def _streams(stack: Stack, job_name: str, host: str | None = None) -> list[str]:
+    """The job's log streams (`<job>/algo-N-<epoch>`), oldest start first; of one host if named."""
+    from botocore.exceptions import ClientError
+
+    logs = stack.client("logs")
+    prefix = f"{job_name}/" + (f"{host}-" if host else "")
+    try:
+        pages = logs.get_paginator("describe_log_streams").paginate(
+            logGroupName=TRAINING_JOB_LOG_GROUP, logStreamNamePrefix=prefix
+        )
+        names = [s["logStreamName"] for page in pages for s in page["logStreams"]]
+    except ClientError as error:
+        if error.response["Error"]["Code"] == "ResourceNotFoundException":  # no job has logged yet
+            return []
+        raise
+    return sorted(names, key=lambda n: (int(n.rsplit("-", 1)[1]), n))
+
+
+@dataclass(frozen=True)
+class LogLine:
+    stream: str
+    message: str
+
+
+def follow_logs(
+    stack: Stack, run: str, trial: int | None, host: str | None, follow: bool, interval: float = 2.0
+) -> Iterator[LogLine]:
+    """Every line of the trial's (latest) job, per stream in order; with `follow`, until the job ends."""
+    with aws_errors(f"stack {stack.name}"):
+        execution = describe_execution(stack, run)
+        jobs = trial_jobs(stack, execution)
+        if trial is not None:
+            jobs = [j for j in jobs if trial_index(j["TrainingJobName"]) == trial]
+            if not jobs:
+                raise CliError(f"run {run} has no trial {trial}; `trainstack status {run}` lists its trials", EXIT_UNKNOWN_RUN)
+        if not jobs:
+            raise CliError(f"run {run} has no training job yet; try again, or `trainstack status {run}`", EXIT_UNKNOWN_RUN)
+        job_name = jobs[-1]["TrainingJobName"]
+        tokens: dict[str, str] = {}
+        while True:
+            for stream in _streams(stack, job_name, host):
+                yield from _new_lines(stack, stream, tokens)
+            if not follow:
+                return
+            status = stack.client("sagemaker").describe_training_job(TrainingJobName=job_name)["TrainingJobStatus"]
+            if status not in RUNNING:
+                for stream in _streams(stack, job_name, host):  # what was written before it ended
+                    yield from _new_lines(stack, stream, tokens)
+                return
+            time.sleep(interval)
+
+
+def _new_lines(stack: Stack, stream: str, tokens: dict[str, str]) -> Iterator[LogLine]:
+    logs = stack.client("logs")
+    while True:
+        arguments = {"logGroupName": TRAINING_JOB_LOG_GROUP, "logStreamName": stream, "startFromHead": True}
+        if stream in tokens:
+            arguments["nextToken"] = tokens[stream]
+        page = logs.get_log_events(**arguments)
+        for event in page["events"]:
+            yield LogLine(stream, event["message"])
+        done = page["nextForwardToken"] == tokens.get(stream) or not page["events"]
+        tokens[stream] = page["nextForwardToken"]
+        if done:
+            return
+
+
+# -- stop and wait --------------------------------------------------------------------------------
+def stop(stack: Stack, run: str, wait_seconds: float = 120) -> RunView:
+    """Stop the execution and every job of the run still training (SageMaker uploads their
+    checkpoints as they stop); return the run once no job is training any more."""
+    from botocore.exceptions import ClientError
+
+    with aws_errors(f"stack {stack.name}"):
+        execution = describe_execution(stack, run)
+        if execution["status"] == "RUNNING":
+            stack.client("stepfunctions").stop_execution(
+                executionArn=execution["executionArn"], error="trainstack.Stopped", cause="stopped with `trainstack stop`"
+            )
+        sagemaker = stack.client("sagemaker")
+        for job in trial_jobs(stack, execution):
+            if job["TrainingJobStatus"] == "InProgress":
+                try:
+                    sagemaker.stop_training_job(TrainingJobName=job["TrainingJobName"])
+                except ClientError as error:  # the stack's Stop rule got there first
+                    if error.response["Error"]["Code"] != "ValidationException":
+                        raise
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            view = read_run(stack, run, with_metrics=False)
+            if all(t.status not in RUNNING for t in view.trials) or time.monotonic() > deadline:
+                return view
+            time.sleep(1)
+
+
+def watch(stack: Stack, run: str, show: Callable[[RunView], None], interval: float = 2.0) -> RunView:
+    """Read the run every `interval` seconds, show it, until the execution ends."""
+    while True:
+        view = read_run(stack, run)
+        show(view)
+        if view.status != "RUNNING":
+            return view
+        time.sleep(interval)

@@ -1,0 +1,85 @@
+"""The stack commands' output: rich tables and a live line for people, `--json` for scripts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+from rich.live import Live
+
+from trainstack_cli import operate
+from trainstack_cli.runs import RunView
+from trainstack_cli.stack import EXIT_OK, EXIT_RUN_FAILED, Stack
+from trainstack_cli.views import live_line, runs_table, status_view
+
+
+def operate_command(args: argparse.Namespace, stack: Stack) -> int:
+    console = Console()
+    if args.command == "submit":
+        name = operate.submit(stack, args.spec, args.source, args.inline)
+        if not args.wait:
+            print(json.dumps({"run": name}) if args.json else f"run {name} started on stack {stack.name}")
+            return EXIT_OK
+        if not args.json:
+            console.print(f"run {name} started on stack {stack.name}")
+        return exit_code(follow(stack, name, console, quiet=args.json), console, args.json)
+    if args.command == "runs":
+        runs = operate.list_runs(stack, args.limit)
+        if args.json:
+            print(json.dumps([r.to_json() for r in runs], indent=1))
+        else:
+            console.print(runs_table(runs))
+        return EXIT_OK
+    if args.command == "status":
+        run = operate.read_run(stack, args.run)
+        if args.json:
+            print(json.dumps(run.to_json(), indent=1))
+        else:
+            console.print(status_view(run))
+        return EXIT_OK
+    if args.command == "logs":
+        for line in operate.follow_logs(stack, args.run, args.trial, args.host, args.follow):
+            record = {"stream": line.stream, "message": line.message}
+            print(json.dumps(record) if args.json else line.message, flush=args.follow)
+        return EXIT_OK
+    if args.command == "stop":
+        run = operate.stop(stack, args.run)
+        if args.json:
+            print(json.dumps(run.to_json(), indent=1))
+        else:
+            for trial in run.trials:
+                console.print(f"{trial.job_name}: {trial.status} ({trial.secondary_status})")
+            console.print(f"run {run.name}: {run.status}; checkpoints stay in S3 (a spec with resume: true continues them)")
+        return EXIT_OK
+    raise ValueError(args.command)
+
+
+def follow(stack: Stack, name: str, console: Console, quiet: bool = False) -> RunView:
+    """Watch the run to its end; a live line on a terminal, one line per change elsewhere."""
+    if quiet:
+        return operate.watch(stack, name, lambda view: None)
+    if console.is_terminal:
+        with Live(console=console, refresh_per_second=2, transient=False) as live:
+            return operate.watch(stack, name, lambda view: live.update(live_line(view)))
+    last: list[str] = []
+
+    def changed(view: RunView) -> None:
+        line = live_line(view).plain
+        if not last or line.split("  ")[:4] != last[-1].split("  ")[:4]:  # a new state, job or step
+            console.print(line, soft_wrap=True)
+        last[:] = [line]
+
+    return operate.watch(stack, name, changed)
+
+
+def exit_code(run: RunView, console: Console, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(run.to_json(), indent=1))
+    else:
+        console.print(status_view(run))
+    if run.status != "SUCCEEDED":
+        print(f"run {run.name} {run.status}: {run.cause or 'see trainstack status'}", file=sys.stderr)
+        return EXIT_RUN_FAILED
+    return EXIT_OK

@@ -1,0 +1,102 @@
+"""How runs look in a terminal (rich); `--json` prints RunView.to_json() instead."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from trainstack_cli.runs import RunView, TrialView
+
+STATUS_STYLES = {
+    "SUCCEEDED": "green",
+    "Completed": "green",
+    "FAILED": "red",
+    "Failed": "red",
+    "ABORTED": "yellow",
+    "Stopped": "yellow",
+}
+
+
+def usd(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.2f}"
+
+
+def duration(seconds: int) -> str:
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def runs_table(runs: list[RunView]) -> Table:
+    table = Table("run", "status", "state", "trials", "started", "duration", "billable s", "cost", title="runs, newest first")
+    for run in runs:
+        trials = ", ".join(f"{t.status}" for t in run.trials) or "-"
+        table.add_row(
+            run.name,
+            _styled(run.status),
+            run.position,
+            trials,
+            run.started,
+            duration(run.duration_seconds),
+            str(run.billable_seconds),
+            usd(run.cost_usd),
+        )
+    return table
+
+
+def status_view(run: RunView) -> RenderableType:
+    header = Text.assemble(
+        (run.name, "bold"), "  ", _styled(run.status), f"  at {run.position or '-'}", f"  {duration(run.duration_seconds)}"
+    )
+    parts: list[RenderableType] = [header]
+    if run.cause:
+        parts.append(Text(run.cause, style="red"))
+    table = Table("trial", "job", "status", "instances", "step", "loss", "tokens/s", "billable s", "cost so far")
+    for trial in run.trials:
+        table.add_row(
+            str(trial.trial),
+            trial.job_name,
+            Text.assemble(_styled(trial.status), f" ({trial.secondary_status})"),
+            f"{trial.instance_count} x {trial.instance_type}",
+            _metric(trial, "train:step", "{:.0f}"),
+            _metric(trial, "train:loss", "{:.4f}"),
+            _metric(trial, "train:tokens_per_sec", "{:,.0f}"),
+            str(trial.billable_seconds * trial.instance_count),
+            usd(trial.cost_usd),
+        )
+    parts.append(table)
+    for trial in run.trials:
+        history = Table("time", "secondary status", "message", title=f"{trial.job_name}: history", title_justify="left")
+        for transition in trial.transitions:
+            history.add_row(transition.start, transition.status, transition.message)
+        parts.append(history)
+        if trial.failure_reason:
+            parts.append(Text(f"{trial.job_name}: {trial.failure_reason}", style="red"))
+        if trial.model_artifacts:
+            parts.append(Text(f"{trial.job_name}: model {trial.model_artifacts}"))
+    parts.append(
+        Text(f"billable {run.billable_seconds} instance-seconds, cost so far {usd(run.cost_usd)} (on-demand prices)", style="dim")
+    )
+    return Group(*parts)
+
+
+def live_line(run: RunView) -> Text:
+    """One line a `--wait` shows and refreshes: state, job, step, loss, tokens/s."""
+    trial = run.trials[-1] if run.trials else None
+    if trial is None:
+        return Text.assemble(_styled(run.status), f"  {run.position}  (no training job yet)")
+    return Text.assemble(
+        _styled(run.status),
+        f"  {run.position}  {trial.job_name} {trial.status}/{trial.secondary_status}",
+        f"  step {_metric(trial, 'train:step', '{:.0f}')}  loss {_metric(trial, 'train:loss', '{:.4f}')}",
+        f"  tokens/s {_metric(trial, 'train:tokens_per_sec', '{:,.0f}')}  {duration(run.duration_seconds)}",
+    )
+
+
+def _metric(trial: TrialView, name: str, form: str) -> str:
+    value = trial.metrics.get(name)
+    return "-" if value is None else form.format(value)
+
+
+def _styled(status: str) -> Text:
+    return Text(status, style=STATUS_STYLES.get(status, "cyan"))
