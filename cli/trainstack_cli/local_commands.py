@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from trainstack_local.emulator import ROOT
     from trainstack_local.serve import serve
 
-    template_path = ROOT / TEMPLATE
+    template_path = args.template or ROOT / TEMPLATE
     if not template_path.exists():
         raise CliError(f"{template_path} is missing; run `make synth` first", EXIT_BAD_INPUT)
     template = json.loads(template_path.read_text())

@@ -119,11 +119,13 @@ def _parser() -> argparse.ArgumentParser:
     serve = local_commands.add_parser("serve", help="serve the emulated stack on 127.0.0.1 for any AWS client")
     serve.add_argument("--port", type=int, default=0, help="default: a free port")
     serve.add_argument("--workdir", type=Path)
+    serve.add_argument("--template", type=Path, help="the synthesized template (default: cdk.out's)")
     run = local_commands.add_parser("run", help="one run on the emulated stack, shown live; the exit code is the run's")
     run.add_argument("spec", type=Path, nargs="?", help="default: the embedded default job")
     run.add_argument("--source", type=Path)
     run.add_argument("--output-dir", type=Path, default=Path("local-output"), help="where model.tar.gz is copied")
     run.add_argument("--workdir", type=Path)
+    run.add_argument("--template", type=Path, help="the synthesized template (default: cdk.out's)")
     return parser
 
 

@@ -8,6 +8,7 @@ commands reach a deployed stack or the twin `trainstack local serve` runs on loo
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -105,7 +106,7 @@ def find_stack(name: str | None, outputs: Path | None, profile: str | None, regi
             ) from None
         except (ValueError, KeyError) as error:
             raise CliError(f"{outputs}: {error}", EXIT_BAD_INPUT) from None
-        return Stack(name or outputs.stem, values, session)
+        return Stack(name or next(iter(json.loads(outputs.read_text()))), values, session)
     if name is None:
         raise CliError(f"which stack? pass --stack NAME or --outputs cdk-outputs.json (or set {STACK_VARIABLE})", EXIT_NO_STACK)
     with aws_errors(f"stack {name}"):

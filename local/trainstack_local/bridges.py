@@ -9,7 +9,8 @@ duration of `moto_bridges()` only:
   rule starts the execution with the event as input, or invokes the function asynchronously. A
   StartExecution that fails puts the event into the target's dead-letter queue at once, with
   EventBridge's message attributes (its 24 hours of retries are not emulated).
-- Step Functions: an execution that ends emits the "Step Functions Execution Status Change" event
+- Step Functions: a stopped execution stays ABORTED (moto's interpreter then ends a stopped Map
+  state as FAILED). An execution that ends emits the "Step Functions Execution Status Change" event
   (StopExecution: ABORTED; the interpreter's end: SUCCEEDED, FAILED, TIMED_OUT) that the stack's
   rule sends to the Stop function.
 - Faults: `ApiFaults.inject(service, action, code)` makes the next calls of one API action fail as
@@ -86,6 +87,7 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
     from moto.sagemaker.exceptions import ValidationError
     from moto.sagemaker.responses import SageMakerResponse
     from moto.stepfunctions.models import StepFunctionBackend
+    from moto.stepfunctions.parser.api import ExecutionStatus
     from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
     originals = {
@@ -195,16 +197,21 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
             [{"Source": "aws.states", "DetailType": "Step Functions Execution Status Change", "Detail": json.dumps(detail)}]
         )
 
+    stopped: set[str] = set()
+
     def stop(self: Any, execution_arn: str) -> Any:
+        stopped.add(execution_arn)
         execution = stop_execution(self, execution_arn)
         status_changed(execution, "ABORTED")
         return execution
 
     def execution_ended(self: Any) -> None:
         terminated(self)
-        status = self.execution.exec_status.value
-        if status != "ABORTED":  # StopExecution has said so already
-            status_changed(self.execution, status)
+        if self.execution.exec_arn in stopped:  # moto ends a stopped Map state as FAILED; AWS says ABORTED
+            self.execution.exec_status = ExecutionStatus.ABORTED
+            self.execution.error = self.execution.cause = None  # not the interpreter's own exception
+            return  # StopExecution has emitted the status change already
+        status_changed(self.execution, self.execution.exec_status.value)
 
     def faulty_call_action(self: Any) -> Any:
         fault = faults.take(self.service_name, self._get_action())

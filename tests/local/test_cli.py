@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainstack_cli.main import main
-
 from trainstack.request import validate_request
+from trainstack_cli.main import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -9,10 +9,10 @@ import re
 import boto3
 import pytest
 import yaml
-from trainstack_cli import main as cli
 
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.stack_context import DEAD_LETTER_OUTPUT
+from trainstack_cli import main as cli
 from trainstack_local.emulator import ACCOUNT, REGION, local_aws, training_files
 from trainstack_local.pipeline import executions, finish, training_jobs, upload_sample_data, wait_for_new_executions
 from trainstack_local.sagemaker_twin import wait_for

@@ -8,6 +8,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
+
 from trainstack_cli.redrive import redrive
 
 REGION = "us-east-1"

@@ -1,0 +1,252 @@
+"""The operator CLI and the real AWS CLI against `trainstack local serve`, started here as a user starts
+it: a subprocess on a free loopback port, reached only over HTTP with the environment it prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainstack.layout import SOURCES_PREFIX, TRAINING_JOB_LOG_GROUP
+from trainstack.source_archive import write_source_tarball
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+BIN = Path(sys.executable).parent
+DATA = "s3://trainstack-local-trigger/datasets/sample/"
+
+
+@dataclass
+class Served:
+    environment: dict[str, str]
+    outputs: dict[str, str]
+
+    def trainstack(self, *arguments: str, **overrides: str) -> subprocess.CompletedProcess:
+        return _run([str(BIN / "trainstack"), *arguments], {**self.environment, **overrides})
+
+    def aws(self, *arguments: str) -> subprocess.CompletedProcess:
+        return _run([str(BIN / "aws"), *arguments], self.environment)
+
+    def aws_json(self, *arguments: str) -> dict:
+        result = self.aws(*arguments, "--output", "json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def status(self, run: str) -> dict:
+        result = self.trainstack("status", run, "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def wait_until(self, run: str, done, timeout: float = 300) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            view = self.status(run)
+            if done(view):
+                return view
+            time.sleep(1)
+        raise TimeoutError(f"run {run}: {view}")
+
+
+def _run(command: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _client_environment() -> dict[str, str]:
+    """This machine's environment without anything AWS: only what `local serve` prints is used."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TRAINSTACK_"))}
+    return {**kept, "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "NO_COLOR": "1"}
+
+
+@pytest.fixture(scope="module")
+def served(default_stack, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("served")
+    template = workdir / "template.json"
+    template.write_text(json.dumps(default_stack.json))
+    log = (workdir / "serve.log").open("w")
+    command = [str(BIN / "trainstack"), "local", "serve", "--template", str(template), "--workdir", str(workdir / "twin")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=_client_environment())
+    environment = _client_environment()
+    for line in process.stdout:
+        if line.startswith("export "):
+            name, _, value = line.removeprefix("export ").strip().partition("=")
+            environment[name] = value
+        if line.startswith("# trainstack local: serving"):
+            break
+    else:
+        pytest.fail(f"local serve ended: {(workdir / 'serve.log').read_text()[-3000:]}")
+    stacks = _run([str(BIN / "aws"), "cloudformation", "describe-stacks", "--output", "json"], environment)
+    assert stacks.returncode == 0, stacks.stderr
+    (stack,) = json.loads(stacks.stdout)["Stacks"]
+    yield Served(environment, {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]})
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == 0
+
+
+def job(name: str, **overrides) -> dict:
+    return {
+        "name": name,
+        "instance_type": "ml.g5.12xlarge",
+        "strategy": "ddp",
+        "framework_version": "2.3.0",
+        "hyperparameters": {"model": "gpt-tiny", "max_steps": 6, "log_every": 2, "seed": 0},
+        "inputs": {"train": {"s3_uri": DATA, "mode": "File"}},
+        "max_runtime": "1h",
+        **overrides,
+    }
+
+
+def write(path: Path, spec: dict) -> Path:
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_the_aws_cli_starts_a_run_with_s3_cp_and_reads_it_from_step_functions_sagemaker_and_logs(served, tmp_path):
+    spec = write(tmp_path / "from-aws-cli.yaml", job("awscli"))
+    copied = served.aws("s3", "cp", str(spec), f"s3://{served.outputs['TriggerBucketName']}/jobs/from-aws-cli.yaml")
+    assert copied.returncode == 0, copied.stderr
+
+    machine = served.outputs["StateMachineArn"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        executions = served.aws_json("stepfunctions", "list-executions", "--state-machine-arn", machine)["executions"]
+        inputs = {
+            e["name"]: served.aws_json("stepfunctions", "describe-execution", "--execution-arn", e["executionArn"])["input"]
+            for e in executions
+        }
+        started = [name for name, text in inputs.items() if "jobs/from-aws-cli.yaml" in text]
+        if started:
+            break
+        time.sleep(1)
+    (run,) = started
+    view = served.wait_until(run, lambda v: v["status"] != "RUNNING")
+    assert view["status"] == "SUCCEEDED", view["cause"]
+    (trial,) = view["trials"]
+    job_name = trial["job_name"]
+    assert (
+        served.aws_json("sagemaker", "describe-training-job", "--training-job-name", job_name)["TrainingJobStatus"] == "Completed"
+    )
+    streams = served.aws_json(
+        "logs", "describe-log-streams", "--log-group-name", TRAINING_JOB_LOG_GROUP, "--log-stream-name-prefix", f"{job_name}/"
+    )
+    assert [s["logStreamName"].rsplit("-", 1)[0] for s in streams["logStreams"]] == [f"{job_name}/algo-1"]
+
+
+def test_submit_packs_a_local_source_dir_into_the_artifacts_bucket_and_waits_for_the_run(served, tmp_path):
+    source = tmp_path / "code"
+    source.mkdir()
+    (source / "train.py").write_text(
+        "import os, pathlib\n"
+        "if int(os.environ.get('RANK', '0')) == 0:\n"
+        "    for step in (1, 2):\n"
+        "        print(f'step={step} loss={1 / step:.4f} tokens_per_sec=100.0', flush=True)\n"
+        "    pathlib.Path(os.environ['SM_MODEL_DIR'], 'weights.txt').write_text('trained')\n"
+    )
+    spec = write(tmp_path / "own-code.yaml", job("own-code", hyperparameters={}, entry_point="train.py"))
+
+    result = served.trainstack("submit", str(spec), "--source", str(source), "--wait", "--json")
+
+    assert result.returncode == 0, result.stderr
+    view = json.loads(result.stdout)
+    assert view["status"] == "SUCCEEDED"
+    (trial,) = view["trials"]
+    assert trial["metrics"]["train:step"] == 2 and trial["metrics"]["train:loss"] == 0.5
+    description = served.aws_json("sagemaker", "describe-training-job", "--training-job-name", trial["job_name"])
+    code = json.loads(description["HyperParameters"]["sagemaker_submit_directory"])
+    bucket = served.outputs["ArtifactsBucketName"]
+    assert code.startswith(f"s3://{bucket}/{SOURCES_PREFIX}") and code.endswith("/sourcedir.tar.gz")
+    uploaded = tmp_path / "uploaded.tar.gz"
+    assert served.aws("s3", "cp", code, str(uploaded)).returncode == 0
+    assert uploaded.read_bytes() == write_source_tarball(source, tmp_path / "expected.tar.gz").read_bytes()
+
+
+def test_runs_and_status_report_trials_history_metrics_billable_seconds_and_cost(served, tmp_path):
+    run = json.loads(served.trainstack("submit", str(write(tmp_path / "s.yaml", job("status"))), "--inline", "--json").stdout)[
+        "run"
+    ]
+    view = served.wait_until(run, lambda v: v["status"] != "RUNNING")
+
+    (trial,) = view["trials"]
+    assert (view["status"], view["position"], trial["status"]) == ("SUCCEEDED", "Completed", "Completed")
+    assert [t["status"] for t in trial["transitions"]][-3:] == ["Training", "Uploading", "Completed"]
+    assert trial["metrics"]["train:step"] == 6 and trial["metrics"]["train:loss"] > 0
+    assert trial["billable_seconds"] >= 1 and trial["instance_type"] == "ml.g5.12xlarge"
+    price = json.loads(served.trainstack("plan", str(tmp_path / "s.yaml"), "--json").stdout)["options"][0]["cost_usd"][
+        "price_per_hour"
+    ]
+    assert trial["cost_usd"] == pytest.approx(price * trial["billable_seconds"] / 3600, abs=1e-4)
+    assert trial["model_artifacts"].endswith("/output/model.tar.gz")
+
+    listed = served.trainstack("runs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    runs = {r["name"]: r for r in json.loads(listed.stdout)}
+    assert runs[run]["status"] == "SUCCEEDED" and runs[run]["billable_seconds"] == trial["billable_seconds"]
+    assert runs[run]["cost_usd"] == trial["cost_usd"]
+    assert "status" in served.trainstack("runs").stdout  # the table, for people
+
+
+def test_logs_print_the_training_output_of_one_host(served, tmp_path):
+    run = json.loads(served.trainstack("submit", str(write(tmp_path / "l.yaml", job("logs"))), "--inline", "--json").stdout)[
+        "run"
+    ]
+
+    followed = served.trainstack("logs", run, "--host", "algo-1", "--follow")
+
+    assert followed.returncode == 0, followed.stderr
+    steps = [line.split()[0] for line in followed.stdout.splitlines() if line.startswith("step=")]
+    assert steps == ["step=2", "step=4", "step=6"]
+    records = [json.loads(line) for line in served.trainstack("logs", run, "--json").stdout.splitlines()]
+    assert {r["stream"].rsplit("-", 1)[0].rsplit("/", 1)[1] for r in records} == {"algo-1"}
+
+
+def test_stop_ends_the_run_and_its_job_mid_training_and_keeps_the_checkpoint(served, tmp_path):
+    hyperparameters = {"model": "gpt-tiny", "max_steps": 5000, "log_every": 1, "checkpoint_every": 4000, "seed": 0}
+    spec = write(tmp_path / "stop.yaml", job("stop", hyperparameters=hyperparameters, checkpoints=True))
+    run = json.loads(served.trainstack("submit", str(spec), "--inline", "--json").stdout)["run"]
+    served.wait_until(run, lambda v: v["trials"] and v["trials"][0]["metrics"].get("train:step", 0) >= 5)
+
+    stopped = served.trainstack("stop", run, "--json")
+
+    assert stopped.returncode == 0, stopped.stderr
+    view = json.loads(stopped.stdout)
+    (trial,) = view["trials"]
+    assert (view["status"], trial["status"]) == ("ABORTED", "Stopped")
+    description = served.aws_json("sagemaker", "describe-training-job", "--training-job-name", trial["job_name"])
+    listing = served.aws("s3", "ls", "--recursive", description["CheckpointConfig"]["S3Uri"])
+    assert "manifest.json" in listing.stdout, listing.stderr
+
+
+def test_a_missing_stack_wrong_credentials_and_an_unknown_run_each_get_one_line_and_their_exit_code(served):
+    missing = served.trainstack("runs", "--stack", "no-such-stack")
+    refused = served.trainstack("runs", AWS_ACCESS_KEY_ID="AKIAIOSFODNN7EXAMPLE")
+    unknown = served.trainstack("status", "no-such-run")
+
+    for result, code, words in (
+        (missing, 3, "no-such-stack not found"),
+        (refused, 3, "refused the credentials"),
+        (unknown, 4, "no run no-such-run"),
+    ):
+        assert result.returncode == code, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and words in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_spec_that_fails_validation_is_refused_before_anything_is_uploaded(served, tmp_path):
+    spec = write(tmp_path / "bad.yaml", job("bad", instance_type="ml.g5.13xlarge"))
+    before = served.aws_json(
+        "s3api", "list-object-versions", "--bucket", served.outputs["TriggerBucketName"], "--prefix", "jobs/bad"
+    )
+
+    refused = served.trainstack("submit", str(spec))
+
+    assert refused.returncode == 2 and "instance_type" in refused.stderr and "nothing was submitted" in refused.stderr
+    after = served.aws_json(
+        "s3api", "list-object-versions", "--bucket", served.outputs["TriggerBucketName"], "--prefix", "jobs/bad"
+    )
+    assert after == before

@@ -1,0 +1,147 @@
+"""What `status` and `runs` make of the APIs' answers: trials, cost so far, metrics, position."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from botocore.exceptions import ClientError
+
+from trainstack import facts
+from trainstack.identity import Run
+from trainstack.metric_definitions import metric_definitions
+from trainstack_cli.runs import latest_metrics, position, run_identity, run_view, trial_index, trial_view
+from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_NO_STACK, CliError, aws_errors, find_stack
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+PRICE = facts.instance("ml.p4d.24xlarge").price_per_hour
+
+
+def job(**overrides) -> dict:
+    return {
+        "TrainingJobName": "trainstack-gpt-0123456789ab-t2",
+        "TrainingJobStatus": "InProgress",
+        "SecondaryStatus": "Training",
+        "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 4},
+        "TrainingStartTime": NOW - timedelta(minutes=30),
+        **overrides,
+    }
+
+
+def test_a_training_job_costs_its_instances_times_the_seconds_since_it_started_training():
+    trial = trial_view(job(), NOW)
+
+    assert trial.billable_seconds == 1800
+    assert trial.cost_usd == pytest.approx(PRICE * 4 * 0.5, abs=1e-4)
+
+
+def test_an_ended_job_costs_what_sagemaker_billed_on_the_instance_type_it_selected():
+    ended = job(
+        TrainingJobStatus="Completed",
+        TrainingEndTime=NOW,
+        BillableTimeInSeconds=600,
+        ResourceConfig={
+            "InstancePreferences": [{"InstanceType": "ml.p5.48xlarge"}, {"InstanceType": "ml.p4d.24xlarge"}],
+            "InstanceCount": 2,
+        },
+        SelectedInstanceType="ml.p4d.24xlarge",
+    )
+
+    trial = trial_view(ended, NOW)
+
+    assert (trial.instance_type, trial.billable_seconds) == ("ml.p4d.24xlarge", 600)
+    assert trial.cost_usd == pytest.approx(PRICE * 2 * 600 / 3600, abs=1e-4)
+
+
+def test_a_run_with_a_trial_of_unknown_price_has_an_unknown_cost_not_a_partial_one():
+    known = trial_view(job(), NOW)
+    unknown = trial_view(
+        job(TrainingJobName="trainstack-gpt-0123456789ab-t3", ResourceConfig={"InstanceType": "ml.x9.nothing"}), NOW
+    )
+    execution = {"name": "r", "executionArn": "arn", "status": "RUNNING", "startDate": NOW - timedelta(hours=1)}
+
+    run = run_view(execution, [], [unknown, known], NOW)
+
+    assert unknown.cost_usd is None and run.cost_usd is None
+    assert [t.trial for t in run.trials] == [2, 3] and run.duration_seconds == 3600
+
+
+def test_metrics_are_each_definitions_last_value_in_the_log():
+    lines = ["step=5 loss=4.5 tokens_per_sec=10.0", "noise loss=oops", "step=10 loss=4.25 tokens_per_sec=12.5"]
+
+    found = latest_metrics(metric_definitions(), lines)
+
+    assert found == {"train:step": 10, "train:loss": 4.25, "train:tokens_per_sec": 12.5}
+
+
+def test_an_ended_job_without_log_metrics_shows_sagemakers_final_metrics():
+    ended = job(TrainingJobStatus="Completed", FinalMetricDataList=[{"MetricName": "train:loss", "Value": 3.5}])
+
+    assert trial_view(ended, NOW).metrics == {"train:loss": 3.5}
+
+
+def test_the_position_is_the_last_state_the_execution_entered():
+    history = [
+        {"type": "TaskStateEntered", "stateEnteredEventDetails": {"name": "Validate"}},
+        {"type": "TaskStateExited", "stateExitedEventDetails": {"name": "Validate"}},
+        {"type": "WaitStateEntered", "stateEnteredEventDetails": {"name": "WaitForJob"}},
+    ]
+
+    assert position(history) == "WaitForJob"
+
+
+def test_a_trial_is_read_from_its_job_name_and_a_single_job_is_trial_zero():
+    assert [trial_index(n) for n in ("p-spec-0123456789ab-t12-a1", "p-spec-0123456789ab", "p-spec-0123456789ab-r1a2b3")] == [
+        12,
+        0,
+        0,
+    ]
+
+
+def test_a_run_is_identified_as_the_stop_handler_identifies_it():
+    inline = {"name": "exec-1", "input": json.dumps({"spec": {}, "lineage": "nightly"})}
+    upload = {
+        "name": "x",
+        "input": json.dumps({"detail": {"bucket": {"name": "b"}, "object": {"key": "jobs/a.yaml", "version-id": "v1"}}}),
+    }
+
+    assert run_identity(inline) == Run("execution:nightly")
+    assert run_identity(upload) == Run("s3://b/jobs/a.yaml#v1")
+
+
+def test_an_unreadable_outputs_file_is_bad_input_and_no_stack_named_is_a_stack_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRAINSTACK_STACK", raising=False)
+    monkeypatch.delenv("TRAINSTACK_OUTPUTS", raising=False)
+    with pytest.raises(CliError) as missing_file:
+        find_stack(None, tmp_path / "nope.json", None, "us-east-1")
+    with pytest.raises(CliError) as unnamed:
+        find_stack(None, None, None, "us-east-1")
+
+    assert missing_file.value.exit_code == EXIT_BAD_INPUT and "cdk deploy --outputs-file" in str(missing_file.value)
+    assert unnamed.value.exit_code == EXIT_NO_STACK and "--stack" in str(unnamed.value)
+
+
+def test_an_outputs_file_names_the_stack_and_its_values(tmp_path):
+    outputs = tmp_path / "cdk-outputs.json"
+    outputs.write_text(json.dumps({"prod": {"TriggerBucketName": "trigger", "StateMachineArn": "arn:sm"}}))
+
+    stack = find_stack(None, Path(outputs), None, "eu-west-1")
+
+    assert (stack.name, stack.region, stack.trigger_bucket, stack.state_machine_arn) == ("prod", "eu-west-1", "trigger", "arn:sm")
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "words"),
+    [
+        ("InvalidClientTokenId", "The security token included in the request is invalid.", "refused the credentials"),
+        ("ValidationError", "Stack with id prod does not exist", "stack prod not found"),
+        ("ThrottlingException", "Rate exceeded", "ThrottlingException: Rate exceeded"),
+    ],
+)
+def test_aws_refusals_become_one_line_naming_the_fix(code, message, words):
+    with pytest.raises(CliError) as refused, aws_errors("stack prod"):
+        raise ClientError({"Error": {"Code": code, "Message": message}}, "DescribeStacks")
+
+    assert words in str(refused.value) and "\n" not in str(refused.value) and refused.value.exit_code == EXIT_NO_STACK
