@@ -1,5 +1,5 @@
-"""Notifications and alarms: one KMS-encrypted topic for run outcomes, failed executions and
-failed training jobs."""
+"""Notifications, alarms and the dashboard: one KMS-encrypted topic for run outcomes, failed
+executions and failed training jobs; one CloudWatch dashboard per stack."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.event_delivery import delivery
+from trainstack.layout import TRAINING_JOB_METRICS_NAMESPACE
 from trainstack.naming import training_job_name_prefix
+from trainstack.run_report import BILLABLE_METRIC, JOBS_METRIC, METRIC_DIMENSIONS, RUN_METRICS_NAMESPACE
 
 ALARM_PERIOD = Duration.minutes(5)
 
@@ -86,3 +88,48 @@ class TrainingMonitoring(Construct):
             ),
             targets=[targets.SnsTopic(self.topic, **delivery(dead_letter_queue))],
         )
+
+    def dashboard(self, state_machine: sfn.IStateMachine) -> cloudwatch.Dashboard:
+        """One page per stack: runs and jobs by status, billed instance-hours, the training metrics
+        the jobs' MetricDefinitions publish, and SageMaker's instance utilization per host."""
+        hourly = Duration.hours(1)
+        executions = [
+            metric.with_(statistic="Sum", period=hourly, label=label)
+            for label, metric in (
+                ("started", state_machine.metric_started()),
+                ("succeeded", state_machine.metric_succeeded()),
+                ("failed", state_machine.metric_failed()),
+                ("aborted", state_machine.metric_aborted()),
+                ("timed out", state_machine.metric_timed_out()),
+            )
+        ]
+        run_metric = f'{{{RUN_METRICS_NAMESPACE},{",".join(METRIC_DIMENSIONS)}}} Prefix="{self.name_prefix}"'
+        training = f"{{{TRAINING_JOB_METRICS_NAMESPACE},Host}} {self.name_prefix}"  # SageMaker's Host: <job>/algo-N
+        widgets = [
+            [
+                cloudwatch.GraphWidget(title="Runs (executions) by status", left=executions, width=8),
+                _search_graph("Training jobs ended, by status", f'{run_metric} MetricName="{JOBS_METRIC}"', "Sum", hourly),
+                _search_graph(
+                    "Billed instance-hours", f'{run_metric} MetricName="{BILLABLE_METRIC}"', "Sum", hourly, scale=1 / 3600
+                ),
+            ],
+            [
+                _search_graph(f"{title} per host", f'{training} MetricName="{name}"', "Average", Duration.minutes(5))
+                for title, name in (("Loss", "train:loss"), ("Tokens/s", "train:tokens_per_sec"), ("MFU", "train:mfu"))
+            ],
+            [
+                _search_graph(f"{name} per host", f'{training} MetricName="{name}"', "Average", Duration.minutes(5))
+                for name in ("GPUUtilization", "GPUMemoryUtilization", "CPUUtilization")
+            ],
+        ]
+        return cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{self.name_prefix}-training", widgets=widgets)
+
+
+def _search_graph(title: str, search: str, statistic: str, period: Duration, scale: float = 1.0) -> cloudwatch.GraphWidget:
+    """A graph of every metric a CloudWatch SEARCH finds: one line per job, host or status."""
+    expression = f"SEARCH('{search}', '{statistic}', {int(period.to_seconds())})"
+    if scale != 1.0:
+        expression = f"{expression} * {scale!r}"
+    return cloudwatch.GraphWidget(
+        title=title, left=[cloudwatch.MathExpression(expression=expression, using_metrics={}, label="", period=period)], width=8
+    )

@@ -214,7 +214,11 @@ class TrainingPipeline(Construct):
             ),
         )
         notify_rejected = self._invoke(
-            "NotifyRejected", "notify", payload=sfn.TaskInput.from_object({"error": sfn.JsonPath.object_at("$.error")})
+            "NotifyRejected",
+            "notify",
+            payload=sfn.TaskInput.from_object(
+                {"error": sfn.JsonPath.object_at("$.error"), "execution": sfn.JsonPath.execution_id}
+            ),
         )
         rejected = sfn.Fail(self, "Rejected", error_path="$.status", cause_path="$.reason")
         validate.add_catch(notify_rejected.next(rejected), errors=["States.ALL"], result_path="$.error")
@@ -320,7 +324,11 @@ class TrainingPipeline(Construct):
         )
         run.item_processor(trial)
         notify = self._invoke(
-            "Notify", "notify", payload=sfn.TaskInput.from_object({"results": sfn.JsonPath.object_at("$.results")})
+            "Notify",
+            "notify",
+            payload=sfn.TaskInput.from_object(
+                {"results": sfn.JsonPath.object_at("$.results"), "execution": sfn.JsonPath.execution_id}
+            ),
         )
         notify.add_catch(notify_failed, errors=["States.ALL"], result_path="$.notify_error")
         outcome = (
@@ -332,7 +340,9 @@ class TrainingPipeline(Construct):
         notify_lost = self._invoke(
             "NotifyRunLost",
             "notify",
-            payload=sfn.TaskInput.from_object({"error": sfn.JsonPath.object_at("$.error"), "stage": "run"}),
+            payload=sfn.TaskInput.from_object(
+                {"error": sfn.JsonPath.object_at("$.error"), "stage": "run", "execution": sfn.JsonPath.execution_id}
+            ),
         )
         notify_lost.add_catch(notify_failed, errors=["States.ALL"], result_path="$.notify_error")
         run.add_catch(notify_lost.next(outcome), errors=["States.ALL"], result_path="$.error")

@@ -14,7 +14,13 @@ from stacks.compliance import acknowledge, nag_resource, skip_checkov
 from stacks.source_bundle import TrainingSource
 from stacks.storage import TrainingStorage
 from trainstack import facts
-from trainstack.layout import DATASETS_PREFIX, JOB_WRITABLE_PREFIXES, SOURCES_PREFIX, TRAINING_JOB_LOG_GROUP
+from trainstack.layout import (
+    DATASETS_PREFIX,
+    JOB_WRITABLE_PREFIXES,
+    SOURCES_PREFIX,
+    TRAINING_JOB_LOG_GROUP,
+    TRAINING_JOB_METRICS_NAMESPACE,
+)
 from trainstack.naming import training_job_name_prefix
 
 # What SageMaker needs to attach a job's network interfaces in VPC mode; these calls do not
@@ -31,7 +37,6 @@ VPC_MODE_ACTIONS = [
     "ec2:DescribeSecurityGroups",
 ]
 IMAGE_PULL_ACTIONS = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]
-TRAINING_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 # Wildcard actions that CDK's grant_read / grant_read_write emit (resources stay scoped).
 GRANT_ACTION_WILDCARDS = (
     "s3:GetBucket*",
@@ -134,7 +139,7 @@ class TrainingRoles(Construct):
                 sid="TrainingMetrics",
                 actions=["cloudwatch:PutMetricData"],
                 resources=["*"],
-                conditions={"StringEquals": {"cloudwatch:namespace": TRAINING_METRICS_NAMESPACE}},
+                conditions={"StringEquals": {"cloudwatch:namespace": TRAINING_JOB_METRICS_NAMESPACE}},
             ),
         ]
         for statement in unscoped:

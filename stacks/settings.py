@@ -60,6 +60,7 @@ class StackSettings:
     checkpoint_expiry_days: int = 30
     log_retention_days: int = 365
     build_training_image: bool = False
+    dashboard: bool = True  # $3/month beyond an account's 3 free dashboards (tools/prices.json)
     default_spec_key: str | None = None
 
     @property
@@ -106,7 +107,7 @@ class StackSettings:
             values["availability_zone_ids"] = az_ids
         if "subnet_count" in raw:
             values["subnet_count"] = _integer("subnet_count", raw["subnet_count"], low=1, high=6)
-        for flag in ("nat_gateway", "inter_container_encryption", "build_training_image"):
+        for flag in ("nat_gateway", "inter_container_encryption", "build_training_image", "dashboard"):
             if flag in raw:
                 values[flag] = _boolean(flag, raw[flag])
         if "interface_endpoints" in raw:

@@ -96,6 +96,8 @@ class TrainingStack(Stack):
             removal_policy=removal,
         )
         self.monitoring.watch(self.pipeline.state_machine, dead_letter_queue=self.pipeline.dead_letters)
+        if settings.dashboard:
+            self.monitoring.dashboard(self.pipeline.state_machine)
         self._acknowledge_cdk_handlers()
 
         outputs = {

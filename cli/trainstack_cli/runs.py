@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from trainstack import facts
+from trainstack.billing import billed_usd
 from trainstack.identity import Run
 from trainstack.workflow import trigger_of
 
@@ -102,11 +102,6 @@ def latest_metrics(definitions: Iterable[dict[str, str]], lines: Iterable[str]) 
     return found
 
 
-def price_per_hour(instance_type: str) -> float | None:
-    instance = facts.instance(instance_type)
-    return None if instance is None else instance.price_per_hour
-
-
 def trial_view(description: dict[str, Any], now: datetime, metrics: dict[str, float] | None = None) -> TrialView:
     """One trial from DescribeTrainingJob; `metrics` read from its log, else SageMaker's final ones."""
     resource = description.get("ResourceConfig", {})
@@ -116,7 +111,6 @@ def trial_view(description: dict[str, Any], now: datetime, metrics: dict[str, fl
     billable = int(description.get("BillableTimeInSeconds") or 0)
     if not billable and start and not end:  # still training: every instance is billed since the start
         billable = max(0, int((now - start).total_seconds()))
-    price = price_per_hour(instance_type)
     return TrialView(
         trial=trial_index(description["TrainingJobName"]),
         job_name=description["TrainingJobName"],
@@ -127,7 +121,7 @@ def trial_view(description: dict[str, Any], now: datetime, metrics: dict[str, fl
         started=_time(start),
         ended=_time(end),
         billable_seconds=billable,
-        cost_usd=None if price is None else round(price * count * billable / 3600, 4),
+        cost_usd=billed_usd(instance_type, count, billable),
         failure_reason=description.get("FailureReason", ""),
         model_artifacts=description.get("ModelArtifacts", {}).get("S3ModelArtifacts", ""),
         transitions=[

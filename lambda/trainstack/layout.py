@@ -14,5 +14,8 @@ SOURCES_PREFIX = "sources/"  # code `trainstack submit --source` packs; jobs rea
 
 # CloudWatch Logs: where SageMaker writes every training job's output, one stream per host and start.
 TRAINING_JOB_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+# CloudWatch metrics: where SageMaker publishes the MetricDefinitions' values and each instance's
+# utilization (dimension Host = <job>/algo-N); the same name as the log group, a different thing.
+TRAINING_JOB_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 
 JOB_WRITABLE_PREFIXES = (MODELS_PREFIX, CHECKPOINTS_PREFIX, TENSORBOARD_PREFIX)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from trainstack.billing import billed_usd
 from trainstack.errors import CapacityUnavailableError, ThrottledError
 from trainstack.spec import JobSpec
 
@@ -147,16 +148,25 @@ def transitions_for(duration_seconds: int, per_poll: int = 3) -> int:
 
 
 def summary(description: dict[str, Any]) -> dict[str, Any]:
-    """The small, JSON-safe part of DescribeTrainingJob the workflow and notifications need."""
+    """The small, JSON-safe part of DescribeTrainingJob the workflow and notifications need: what a
+    person acts on (status, reason, final metrics, duration, billable seconds, cost)."""
     start, end = description.get("TrainingStartTime"), description.get("TrainingEndTime")
+    resource = description.get("ResourceConfig", {})
+    instance_type = description.get("SelectedInstanceType") or resource.get("InstanceType", "")
+    instances = int(description.get("SelectedInstanceCount") or resource.get("InstanceCount") or 1)
+    billable = description.get("BillableTimeInSeconds", 0)
     return {
         "job_name": description["TrainingJobName"],
         "status": description["TrainingJobStatus"],
         "secondary_status": description.get("SecondaryStatus", ""),
         "failure_reason": description.get("FailureReason", ""),
         "model_artifacts": description.get("ModelArtifacts", {}).get("S3ModelArtifacts", ""),
-        "billable_seconds": description.get("BillableTimeInSeconds", 0),
+        "billable_seconds": billable,
         "duration_seconds": int((end - start).total_seconds()) if start and end else 0,
+        "instance_type": instance_type,
+        "instance_count": instances,
+        "cost_usd": billed_usd(instance_type, instances, billable),
+        "final_metrics": {m["MetricName"]: m["Value"] for m in description.get("FinalMetricDataList") or []},
     }
 
 

@@ -12,6 +12,7 @@ import pytest
 from botocore.stub import Stubber
 
 from tests.core.specs import DDP
+from trainstack import facts
 from trainstack.errors import CapacityUnavailableError, SpecInvalidError, ThrottledError
 from trainstack.handlers import create, describe, notify, stop, validate
 from trainstack.handlers.environment import environment, use_client_factory
@@ -238,3 +239,42 @@ def test_validate_refuses_a_sweep_that_could_outlast_an_execution(stubbed):
         SpecInvalidError, match=r"sweep = 20 trials at max_concurrency 1 may take up to \d+ days.*raise max_concurrency"
     ):
         validate.handler(_inline(spec))
+
+
+def test_notify_sends_final_metrics_duration_billable_seconds_cost_and_links(stubbed, capsys):
+    ended = {
+        **_description("Completed"),
+        "TrainingStartTime": datetime(2026, 1, 1, 10, 0, tzinfo=UTC),
+        "TrainingEndTime": datetime(2026, 1, 1, 11, 0, tzinfo=UTC),
+        "BillableTimeInSeconds": 3600,
+        "FinalMetricDataList": [{"MetricName": "train:loss", "Value": 2.5, "Timestamp": datetime(2026, 1, 1, tzinfo=UTC)}],
+    }
+    stubbed["sagemaker"].add_response("describe_training_job", ended, {"TrainingJobName": "trainstack-x"})
+    trial = describe.handler({"job_name": "trainstack-x", "poll_seconds": 60})
+    execution = "arn:aws:states:eu-west-1:123456789012:execution:trainstack:run-1"
+    sent = {}
+    stubbed["sns"].add_response("publish", {"MessageId": "1"})
+    stubbed["sns"].client.meta.events.register("provide-client-params.sns.Publish", lambda params, **_: sent.update(params))
+
+    notify.handler({"results": [trial], "execution": execution})
+
+    message = json.loads(sent["Message"])
+    (reported,) = message["trials"]
+    hourly = facts.instance("ml.p4d.24xlarge").price_per_hour
+    assert (reported["final_metrics"], reported["duration_seconds"], reported["billable_seconds"]) == (
+        {"train:loss": 2.5},
+        3600,
+        3600,
+    )
+    assert reported["cost_usd"] == message["cost_usd"] == pytest.approx(2 * hourly)
+    assert message["links"]["execution"].startswith("https://eu-west-1.console.aws.amazon.com/states/home?region=eu-west-1#")
+    assert reported["links"]["job"].endswith("#/jobs/trainstack-x")
+    assert "$252Faws$252Fsagemaker$252FTrainingJobs$3FlogStreamNameFilter$3Dtrainstack-x" in reported["links"]["logs"]
+    (line,) = [json.loads(text) for text in capsys.readouterr().out.splitlines()]
+    assert (line["Prefix"], line["Status"], line["TrainingJobs"], line["BillableInstanceSeconds"]) == (
+        "trainstack",
+        "Completed",
+        1,
+        7200,
+    )
+    assert line["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["Prefix", "Status"]]

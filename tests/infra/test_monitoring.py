@@ -1,11 +1,16 @@
-"""Notifications: who may use the topic's key, and where undeliverable failure events go."""
+"""Notifications: who may use the topic's key, and where undeliverable failure events go; the dashboard."""
 
 from __future__ import annotations
+
+import json
 
 from aws_cdk import App, Stack, aws_kms, aws_sqs, aws_stepfunctions
 from aws_cdk.assertions import Template
 
 from stacks.monitoring import TrainingMonitoring
+from tests.synth import synthesize
+from trainstack import run_report
+from trainstack.metric_definitions import METRICS
 
 
 def _key_statements(stack, service):
@@ -36,3 +41,43 @@ def test_failed_training_job_events_that_cannot_reach_the_topic_go_to_the_dead_l
     (rule,) = Template.from_stack(stack).find_resources("AWS::Events::Rule").values()
     (target,) = rule["Properties"]["Targets"]
     assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [stack.get_logical_id(queue.node.default_child), "Arn"]}}
+
+
+def _dashboard_text(stack) -> str:
+    """The dashboard body with the template's references written out as their logical ids."""
+    (dashboard,) = stack.resources("AWS::CloudWatch::Dashboard").values()
+    parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
+    return "".join(p if isinstance(p, str) else str(p.get("Ref")) for p in parts)
+
+
+def test_the_dashboard_shows_runs_by_status_from_the_state_machines_own_metrics(default_stack):
+    body = json.loads(_dashboard_text(default_stack))
+    (machine,) = default_stack.resources("AWS::StepFunctions::StateMachine")
+    runs = next(w for w in body["widgets"] if w["properties"]["title"] == "Runs (executions) by status")
+    lines = runs["properties"]["metrics"]
+    assert {line[1] for line in lines} == {f"Executions{s}" for s in ("Started", "Succeeded", "Failed", "Aborted", "TimedOut")}
+    assert {line[3] for line in lines} == {machine}
+
+
+def test_the_dashboard_counts_ended_jobs_from_the_metric_lines_notify_prints(default_stack):
+    expressions = " ".join(
+        line[0]["expression"]
+        for w in json.loads(_dashboard_text(default_stack))["widgets"]
+        for line in w["properties"]["metrics"]
+        if "expression" in line[0]
+    )
+    line = json.loads(run_report.metric_lines([{"job_name": "j", "status": "Failed"}], "trainstack", 0)[0])
+    (declared,) = line["_aws"]["CloudWatchMetrics"]
+    assert f"{{{declared['Namespace']},{','.join(declared['Dimensions'][0])}}}" in expressions
+    assert all(f'MetricName="{m["Name"]}"' in expressions for m in declared["Metrics"])
+
+
+def test_the_dashboard_graphs_what_the_jobs_metric_definitions_publish_and_gpu_utilization(default_stack):
+    text = _dashboard_text(default_stack)
+    for name in ("train:loss", "train:tokens_per_sec", "train:mfu"):
+        assert name in METRICS and f'{{/aws/sagemaker/TrainingJobs,Host}} trainstack MetricName=\\"{name}\\"' in text
+    assert 'MetricName=\\"GPUUtilization\\"' in text
+
+
+def test_the_dashboard_can_be_left_out():
+    assert not synthesize(dashboard=False).resources("AWS::CloudWatch::Dashboard")

@@ -12,12 +12,20 @@ from tools.idle_cost import DEFAULT_PRICES, UnpricedResourceError, idle_cost
 PRICES = json.loads(DEFAULT_PRICES.read_text())
 
 
-def test_default_stack_costs_at_most_two_dollars_a_month_idle(default_stack):
+def test_default_stack_costs_the_key_three_alarms_and_the_dashboard_idle(default_stack):
     cost = idle_cost(default_stack.json, PRICES)
-    assert cost.monthly_total <= 2.00
-    # Only the key and three alarms (failed and timed-out executions, undelivered events) cost anything
-    # while idle: no NAT, no endpoints; an empty queue costs nothing.
-    assert {item.resource_type: item.quantity for item in cost.items} == {"AWS::KMS::Key": 1, "AWS::CloudWatch::Alarm": 3}
+    # Only the key, three alarms (failed and timed-out executions, undelivered events) and the dashboard
+    # cost anything while idle: no NAT, no endpoints; an empty queue costs nothing.
+    assert {item.resource_type: item.quantity for item in cost.items} == {
+        "AWS::KMS::Key": 1,
+        "AWS::CloudWatch::Alarm": 3,
+        "AWS::CloudWatch::Dashboard": 1,
+    }
+    assert cost.monthly_total <= 4.50
+
+
+def test_without_the_dashboard_the_stack_costs_at_most_two_dollars_a_month_idle():
+    assert idle_cost(synthesize(dashboard=False).json, PRICES).monthly_total <= 2.00
 
 
 def test_nat_and_interface_endpoints_are_priced_per_gateway_and_per_az():

@@ -1,5 +1,7 @@
-"""Notify: one SNS message per run (every trial's status, failure reason, model URI, duration),
-and the run's overall outcome for the state machine's final Choice.
+"""Notify: one SNS message per run with what a person acts on (the run's status and reason; each
+trial's status, failure reason, final metrics, duration, billable seconds, cost, model URI; links to
+the execution, each job and its logs), and the run's overall outcome for the state machine's final
+Choice. Each ended job is also counted on the stack's dashboard (run_report.metric_lines).
 
 The outcome never depends on the message: a Publish that fails is logged and reported beside the
 outcome (`notified: false`), so an SNS problem cannot replace the run's real reason.
@@ -9,12 +11,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from trainstack.errors import SpecInvalidError
 from trainstack.handlers.environment import client, environment
+from trainstack.run_report import execution_link, job_links, metric_lines
 from trainstack.workflow import COMPLETED, FAILED, NOT_STARTED, REJECTED, UNWATCHED, notification_subject
 
 log = logging.getLogger("trainstack")
@@ -23,6 +27,17 @@ REASON_MAX = 32000  # what the state machine's Fail Cause can carry
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     outcome = _outcome(event)
+    execution = event.get("execution", "")
+    if execution:
+        outcome["execution_arn"] = execution
+        outcome["links"] = {"execution": execution_link(execution)}
+        for trial in outcome["trials"]:
+            if trial["job_name"]:
+                trial["links"] = job_links(execution, trial["job_name"])
+    costs = [t.get("cost_usd") for t in outcome["trials"] if "cost_usd" in t]
+    outcome["cost_usd"] = None if None in costs else round(sum(costs), 4)
+    for line in metric_lines(outcome["trials"], environment().stack.name_prefix, int(time.time() * 1000)):
+        print(line, flush=True)  # Lambda's log delivery extracts the metrics
     notified = True
     try:
         client("sns").publish(
@@ -63,6 +78,10 @@ def _trial(result: dict[str, Any]) -> dict[str, Any]:
         "model_artifacts": result.get("model_artifacts", ""),
         "duration_seconds": result.get("duration_seconds", 0),
         "billable_seconds": result.get("billable_seconds", 0),
+        "instance_type": result.get("instance_type", ""),
+        "instance_count": result.get("instance_count", 1),
+        "cost_usd": result.get("cost_usd"),
+        "final_metrics": result.get("final_metrics", {}),
     }
 
 
