@@ -76,10 +76,13 @@ cost: synth ## the monthly idle cost of the synthesized stack, from tools/prices
 test-fast: setup ## every test but the slow (torchrun, toolkit) and gate (checkers, CLI) ones
 	$(PY) -m pytest -m "not slow and not gates"
 
+# $(call quietly,command,what): run it, and print its output only if it fails.
+quietly = out=$$($(1) 2>&1) || { printf '%s\n' "$$out"; echo "make: $(2) failed" >&2; exit 1; }
+
 local: setup ## install, then synth + gates + idle cost, then the whole pipeline offline on the embedded default job
-	$(MAKE) --no-print-directory lint
-	$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json
-	$(PY) -m trainstack_local
+	@$(call quietly,$(MAKE) --no-print-directory lint,synth or a gate (cdk-nag, ruff, cfn-lint, checkov))
+	@$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json --total
+	@$(VENV)/bin/trainstack local run
 
 bench-train: setup ## our entry point vs a bare PyTorch loop (tokens/s, medians) and checkpoint cost, on CPU
 	$(PY) tools/bench_train.py

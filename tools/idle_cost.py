@@ -95,9 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("template", type=Path)
     parser.add_argument("--prices", type=Path, default=DEFAULT_PRICES)
     parser.add_argument("--budget", type=float, help="exit 1 if the idle cost exceeds this many dollars a month")
+    parser.add_argument("--total", action="store_true", help="one line: the total only")
     args = parser.parse_args(argv)
     cost = idle_cost(json.loads(args.template.read_text()), json.loads(args.prices.read_text()))
-    print(render(cost))
+    print(f"idle cost ${cost.monthly_total:.2f}/month (make cost itemizes it)" if args.total else render(cost))
     if args.budget is not None and cost.monthly_total > args.budget:
         print(f"idle cost ${cost.monthly_total:.2f}/month exceeds the budget of ${args.budget:.2f}", file=sys.stderr)
         return 1

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"{template_path} is missing; run `make synth` first", EXIT_BAD_INPUT)
     template = json.loads(template_path.read_text())
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="trainstack-local-"))
-    console = Console()
+    console = Console(soft_wrap=True)  # a long line (a path, a job name) stays one line
     if args.local_command == "serve":
         with serve(template, workdir, port=args.port) as (served, _, _):
             for name, value in served.environment().items():
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             )
             _wait_for_signal()
         return EXIT_OK
-    from trainstack_local.__main__ import DEFAULT_JOB
+    from trainstack_local.pipeline import DEFAULT_JOB
 
     spec = args.spec or DEFAULT_JOB
     started = time.monotonic()

@@ -16,7 +16,7 @@ from trainstack_cli.views import live_line, runs_table, status_view
 
 
 def operate_command(args: argparse.Namespace, stack: Stack) -> int:
-    console = Console()
+    console = Console(soft_wrap=True)  # a long line (a path, a job name) stays one line
     if args.command == "submit":
         name = operate.submit(stack, args.spec, args.source, args.inline)
         if not args.wait:

@@ -4,7 +4,8 @@ duration of `moto_bridges()` only:
 
 - Lambda: moto without Docker only echoes payloads; here the function's own `Handler` is imported
   and called in-process with the function's environment, and an exception is reported the way
-  Lambda reports it, so the state machine's Retry/Catch match the exception class name.
+  Lambda reports it, so the state machine's Retry/Catch match the exception class name. What the
+  handler prints goes to the function's log group, /aws/lambda/<name>, as Lambda sends stdout.
 - EventBridge: moto matches rules but cannot deliver to Step Functions or (here) Lambda; a matched
   rule starts the execution with the event as input, or invokes the function asynchronously. A
   StartExecution that fails puts the event into the target's dead-letter queue at once, with
@@ -23,12 +24,15 @@ duration of `moto_bridges()` only:
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
 import os
 import threading
 import time
 import traceback
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -107,13 +111,16 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
         function = self.get_function(function_name, qualifier)
         module_name, _, attribute = function.handler.rpartition(".")
         handler = getattr(__import__(module_name, fromlist=[attribute]), attribute)
-        with _INVOKE_LOCK, _function_environment(function.environment_vars):
+        printed = io.StringIO()
+        with _INVOKE_LOCK, _function_environment(function.environment_vars), contextlib.redirect_stdout(printed):
             try:
                 return json.dumps(handler(json.loads(body or "{}"), None), default=str).encode()
             except Exception as error:  # reported as Lambda reports an unhandled exception
                 response_headers["x-amz-function-error"] = "Unhandled"
                 trace = traceback.format_exc().splitlines()
                 return json.dumps({"errorMessage": str(error), "errorType": type(error).__name__, "stackTrace": trace}).encode()
+            finally:
+                _function_log(function.function_name, printed.getvalue(), region)
 
     def send_to_targets(self: Any, original_event: dict[str, Any], transform_input: bool = True) -> None:
         if not self.event_pattern.matches_event(original_event):
@@ -235,6 +242,21 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
         for (owner, attribute), original in originals.items():
             setattr(owner, attribute, original)
         del SageMakerResponse.stop_training_job
+
+
+def _function_log(function_name: str, text: str, region: str) -> None:
+    """What a function printed goes to its log group, /aws/lambda/<name>, as Lambda sends it."""
+    if not text.strip():
+        return
+    logs = boto3.client("logs", region_name=region)
+    group = f"/aws/lambda/{function_name}"
+    with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+        logs.create_log_group(logGroupName=group)
+    stream = f"{time.strftime('%Y/%m/%d')}/[$LATEST]{uuid.uuid4().hex}"
+    logs.create_log_stream(logGroupName=group, logStreamName=stream)
+    now = int(time.time() * 1000)
+    events = [{"timestamp": now, "message": line} for line in text.splitlines() if line]
+    logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)
 
 
 @contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -12,6 +13,8 @@ import boto3
 from trainstack_local.emulator import REGION, TRAINING, LocalStack
 
 SAMPLE_TOKENS = TRAINING / "sample_data" / "tokens"
+# What `make local` (`trainstack local run`) runs: gpt-tiny under DDP on the sample data.
+DEFAULT_JOB = Path(__file__).resolve().parent / "default_job.yaml"
 
 
 @dataclass(frozen=True)

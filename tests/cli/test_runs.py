@@ -145,3 +145,15 @@ def test_aws_refusals_become_one_line_naming_the_fix(code, message, words):
         raise ClientError({"Error": {"Code": code, "Message": message}}, "DescribeStacks")
 
     assert words in str(refused.value) and "\n" not in str(refused.value) and refused.value.exit_code == EXIT_NO_STACK
+
+
+def test_a_trials_history_keeps_spot_interruptions_in_order():
+    transitions = [
+        {"Status": "Training", "StartTime": NOW - timedelta(minutes=20), "StatusMessage": "Training image download completed."},
+        {"Status": "Interrupted", "StartTime": NOW - timedelta(minutes=10), "StatusMessage": "Job interrupted by spot."},
+        {"Status": "Training", "StartTime": NOW - timedelta(minutes=5), "StatusMessage": "Restarted from a checkpoint."},
+    ]
+
+    trial = trial_view(job(SecondaryStatusTransitions=transitions), NOW)
+
+    assert [(t.status, t.message) for t in trial.transitions] == [(t["Status"], t["StatusMessage"]) for t in transitions]

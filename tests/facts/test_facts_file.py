@@ -50,7 +50,12 @@ def test_no_image_account_is_typed_anywhere_but_the_facts_file():
         for version in facts.versions(kind)
         for account in facts.image_version(kind, version).registries.values()
     }
-    sources = [*CORE.rglob("*.py"), *(ROOT / "stacks").rglob("*.py"), ROOT / "local" / "trainstack_local" / "cli.py"]
+    sources = [
+        *CORE.rglob("*.py"),
+        *(ROOT / "stacks").rglob("*.py"),
+        *(ROOT / "cli").rglob("*.py"),
+        *(ROOT / "local").rglob("*.py"),
+    ]
     offenders = [f"{path}: {account}" for path in sources for account in accounts if account in path.read_text()]
     assert offenders == []
 

@@ -87,6 +87,25 @@ def test_an_uploaded_spec_runs_to_completion_and_delivers_model_and_checkpoints(
     assert any(e["message"].startswith("step=4 loss=") for e in events)
 
 
+def test_an_ended_run_sends_its_final_metrics_and_cost_and_counts_its_job_in_the_notify_log(pipeline):
+    stack, _ = pipeline
+    put(stack, "jobs/metrics.yaml", job(name="metrics"))
+    (execution,) = wait_for_new_executions(stack, known=0)
+    assert finish(execution).status == "SUCCEEDED"
+
+    (message,) = notifications(stack)
+    (trial,) = message["trials"]
+    assert trial["final_metrics"]["train:step"] == 4 and trial["cost_usd"] > 0 and message["links"]["execution"]
+    logs = boto3.client("logs", region_name=REGION)
+    group = "/aws/lambda/trainstack-notify"  # the emulated stack's function, as Lambda names its log group
+    streams = logs.describe_log_streams(logGroupName=group)["logStreams"]
+    lines = [
+        e["message"] for s in streams for e in logs.get_log_events(logGroupName=group, logStreamName=s["logStreamName"])["events"]
+    ]
+    (counted,) = [json.loads(line) for line in lines if line.startswith('{"_aws"')]
+    assert (counted["Status"], counted["TrainingJobs"]) == ("Completed", 1)
+
+
 def test_a_redelivered_event_does_not_launch_a_second_job(pipeline):
     stack, _ = pipeline
     put(stack, "jobs/e2e.yaml", job())

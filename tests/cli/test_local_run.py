@@ -1,0 +1,61 @@
+"""`trainstack local run`, what `make local` runs: one run on the emulated stack, shown and summed up."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+TRAINSTACK = Path(sys.executable).parent / "trainstack"
+
+
+def local_run(template: Path, tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess:
+    command = [str(TRAINSTACK), "local", "run", *arguments, "--template", str(template), "--output-dir", str(tmp_path / "out")]
+    return subprocess.run(command, capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path)
+
+
+@pytest.fixture(scope="module")
+def template(default_stack, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "template.json"
+    path.write_text(json.dumps(default_stack.json))
+    return path
+
+
+def test_the_default_job_runs_to_a_summary_with_the_final_loss_and_the_model_on_local_disk(template, tmp_path):
+    result = local_run(template, tmp_path)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"^run \S+: SUCCEEDED$", result.stdout, re.MULTILINE)
+    assert re.search(r"final loss \d+\.\d{4}$", result.stdout, re.MULTILINE)
+    (model,) = re.findall(r"model: (\S+)$", result.stdout, re.MULTILINE)
+    with tarfile.open(model) as archive:
+        assert "model.pt" in archive.getnames()
+    assert result.stderr == ""
+
+
+def test_a_run_that_fails_exits_1_with_the_jobs_reason(template, tmp_path):
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "local" / "trainstack_local" / "default_job.yaml").read_text())
+    spec["hyperparameters"]["data_dir"] = "/opt/ml/input/data/nothing-here"
+    (tmp_path / "broken.yaml").write_text(yaml.safe_dump(spec))
+
+    result = local_run(template, tmp_path, str(tmp_path / "broken.yaml"))
+
+    assert result.returncode == 1
+    assert "FAILED" in result.stdout and "AlgorithmError" in result.stderr
+
+
+def test_a_spec_refused_by_validation_exits_2_in_one_line(template, tmp_path):
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"name": "bad", "instance_type": "ml.g5.13xlarge"}))
+
+    result = local_run(template, tmp_path, str(tmp_path / "bad.yaml"))
+
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "instance_type" in result.stderr
