@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 
 from trainstack_cli import operate
 from trainstack_cli.runs import RunView
 from trainstack_cli.stack import EXIT_OK, EXIT_RUN_FAILED, Stack
-from trainstack_cli.views import live_line, runs_table, status_view
+from trainstack_cli.views import live_line, runs_table, status_view, stopped_view
 
 
 def operate_command(args: argparse.Namespace, stack: Stack) -> int:
@@ -27,18 +29,10 @@ def operate_command(args: argparse.Namespace, stack: Stack) -> int:
         return exit_code(follow(stack, name, console, quiet=args.json), console, args.json)
     if args.command == "runs":
         runs = operate.list_runs(stack, args.limit)
-        if args.json:
-            print(json.dumps([r.to_json() for r in runs], indent=1))
-        else:
-            console.print(runs_table(runs))
-        return EXIT_OK
+        return _show(console, args.json, [r.to_json() for r in runs], lambda: runs_table(runs))
     if args.command == "status":
         run = operate.read_run(stack, args.run)
-        if args.json:
-            print(json.dumps(run.to_json(), indent=1))
-        else:
-            console.print(status_view(run))
-        return EXIT_OK
+        return _show(console, args.json, run.to_json(), lambda: status_view(run))
     if args.command == "logs":
         for line in operate.follow_logs(stack, args.run, args.trial, args.host, args.follow):
             record = {"stream": line.stream, "message": line.message}
@@ -46,14 +40,17 @@ def operate_command(args: argparse.Namespace, stack: Stack) -> int:
         return EXIT_OK
     if args.command == "stop":
         run = operate.stop(stack, args.run)
-        if args.json:
-            print(json.dumps(run.to_json(), indent=1))
-        else:
-            for trial in run.trials:
-                console.print(f"{trial.job_name}: {trial.status} ({trial.secondary_status})")
-            console.print(f"run {run.name}: {run.status}; checkpoints stay in S3 (a spec with resume: true continues them)")
-        return EXIT_OK
+        return _show(console, args.json, run.to_json(), lambda: stopped_view(run))
     raise ValueError(args.command)
+
+
+def _show(console: Console, as_json: bool, data: Any, view: Callable[[], RenderableType]) -> int:
+    """`--json`: the data; otherwise the view for people."""
+    if as_json:
+        print(json.dumps(data, indent=1))
+    else:
+        console.print(view())
+    return EXIT_OK
 
 
 def follow(stack: Stack, name: str, console: Console, quiet: bool = False) -> RunView:

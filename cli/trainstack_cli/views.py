@@ -6,6 +6,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from trainstack.run_report import job_links
 from trainstack_cli.runs import RunView, TrialView
 
 STATUS_STYLES = {
@@ -74,10 +75,18 @@ def status_view(run: RunView) -> RenderableType:
             parts.append(Text(f"{trial.job_name}: {trial.failure_reason}", style="red"))
         if trial.model_artifacts:
             parts.append(Text(f"{trial.job_name}: model {trial.model_artifacts}"))
+        for name, link in job_links(run.execution_arn, trial.job_name).items():
+            parts.append(Text(f"{trial.job_name}: {name} {link}", style="dim"))
     parts.append(
         Text(f"billable {run.billable_seconds} instance-seconds, cost so far {usd(run.cost_usd)} (on-demand prices)", style="dim")
     )
     return Group(*parts)
+
+
+def stopped_view(run: RunView) -> RenderableType:
+    lines = [Text(f"{trial.job_name}: {trial.status} ({trial.secondary_status})") for trial in run.trials]
+    lines.append(Text(f"run {run.name}: {run.status}; checkpoints stay in S3 (a spec with resume: true continues them)"))
+    return Group(*lines)
 
 
 def live_line(run: RunView) -> Text:

@@ -189,7 +189,9 @@ def test_runs_and_status_report_trials_history_metrics_billable_seconds_and_cost
     runs = {r["name"]: r for r in json.loads(listed.stdout)}
     assert runs[run]["status"] == "SUCCEEDED" and runs[run]["billable_seconds"] == trial["billable_seconds"]
     assert runs[run]["cost_usd"] == trial["cost_usd"]
-    assert "status" in served.trainstack("runs").stdout  # the table, for people
+    assert "status" in served.trainstack("runs").stdout  # the tables, for people
+    shown = served.trainstack("status", run).stdout
+    assert f"{trial['job_name']}: history" in shown and "#/jobs/" in shown
 
 
 def test_logs_print_the_training_output_of_one_host(served, tmp_path):
