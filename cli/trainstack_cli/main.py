@@ -5,7 +5,7 @@
     trainstack plan job.yaml [--json]            # memory per GPU, speed, worst-case cost
     trainstack schema > job.schema.json          # JSON Schema for editors
     trainstack submit job.yaml [--source DIR] [--wait]   # on the stack (--stack NAME or --outputs FILE)
-    trainstack runs | status RUN | logs RUN [--follow] | stop RUN   # --json on every read command
+    trainstack runs | status RUN | logs RUN [--follow] | stop RUN | resume RUN   # --json on every read command
     trainstack local serve                       # the stack emulated on 127.0.0.1, for any AWS client
     trainstack local run [job.yaml]              # one run on the emulated stack, shown live
     trainstack redrive --outputs cdk-outputs.json  # deliver the events the trigger dead-letter queue holds
@@ -113,6 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument("--follow", action="store_true", help="keep printing until the job ends")
     stop = _stack_command(commands, "stop", "stop the run and its jobs (their checkpoints are kept)")
     stop.add_argument("run")
+    resume = _stack_command(commands, "resume", "continue a stopped or failed run (started inline) from its checkpoints")
+    resume.add_argument("run")
+    resume.add_argument("--wait", action="store_true", help="follow the new run live until it ends")
 
     local = commands.add_parser("local", help="the stack emulated on this machine (needs `make synth`)")
     local_commands = local.add_subparsers(dest="local_command", required=True)
@@ -154,7 +157,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from trainstack_cli import local_commands
 
         return local_commands.run(args)
-    if args.command in ("submit", "runs", "status", "logs", "stop"):
+    if args.command in ("submit", "runs", "status", "logs", "stop", "resume"):
         stack = find_stack(args.stack, args.outputs, args.profile, args.region)
         return operate_command(args, stack)
     return _validate_or_render(args)

@@ -106,6 +106,30 @@ def _execution_for_upload(stack: Stack, lineage: str) -> str:
     )
 
 
+def resume(stack: Stack, run: str) -> str:
+    """Start a run that continues an ended run's lineage from its checkpoints; return its name.
+    Only a run started with its spec inline has a lineage a start can name (the pipeline's contract:
+    `{"spec": ..., "lineage": ..., "resume": true}`); an upload's lineage is its object version."""
+    with aws_errors(f"stack {stack.name}"):
+        execution = describe_execution(stack, run)
+        if execution["status"] == "RUNNING":
+            raise CliError(f"run {run} is still running; `trainstack stop {run}` first", EXIT_BAD_INPUT)
+        started = json.loads(execution.get("input") or "{}")
+        if "spec" not in started:
+            raise CliError(
+                f"run {run} was started by an upload, whose lineage a new start cannot name; submit with --inline "
+                "to make a run resumable (its checkpoints stay in S3)",
+                EXIT_BAD_INPUT,
+            )
+        lineage = started.get("lineage") or execution["name"]
+        name = f"{lineage[:40]}-resume-{datetime.now(UTC):%Y%m%dT%H%M%S}"
+        payload = {"spec": started["spec"], "lineage": lineage, "resume": True}
+        stack.client("stepfunctions").start_execution(
+            stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps(payload)
+        )
+        return name
+
+
 # -- reading runs ---------------------------------------------------------------------------------
 def execution_arn(stack: Stack, run: str) -> str:
     if run.startswith("arn:"):
@@ -133,7 +157,7 @@ def trial_jobs(stack: Stack, execution: dict[str, Any]) -> list[dict[str, Any]]:
         job["TrainingJobName"]
         for page in sagemaker.get_paginator("list_training_jobs").paginate(NameContains=run.digest)
         for job in page["TrainingJobSummaries"]
-        if run.owns(job["TrainingJobName"], stack.context.name_prefix)
+        if run.made(job["TrainingJobName"], stack.context.name_prefix)
     ]
     jobs = [sagemaker.describe_training_job(TrainingJobName=name) for name in names]
     return sorted(jobs, key=lambda job: job["CreationTime"])

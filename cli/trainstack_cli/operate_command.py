@@ -19,8 +19,11 @@ from trainstack_cli.views import live_line, runs_table, status_view, stopped_vie
 
 def operate_command(args: argparse.Namespace, stack: Stack) -> int:
     console = Console(soft_wrap=True)  # a long line (a path, a job name) stays one line
-    if args.command == "submit":
-        name = operate.submit(stack, args.spec, args.source, args.inline)
+    if args.command in ("submit", "resume"):
+        if args.command == "submit":
+            name = operate.submit(stack, args.spec, args.source, args.inline)
+        else:
+            name = operate.resume(stack, args.run)
         if not args.wait:
             print(json.dumps({"run": name}) if args.json else f"run {name} started on stack {stack.name}")
             return EXIT_OK

@@ -73,8 +73,10 @@ class RunView:
 
 
 def run_identity(execution: dict[str, Any]) -> Run:
-    """The run an execution started: its lineage, read from its input as the Stop handler reads it."""
-    return Run(trigger_of(json.loads(execution.get("input") or "{}"), execution["name"]).lineage)
+    """The run an execution started: its lineage (read from its input as the Stop handler reads it)
+    and, for an execution that resumes the lineage, its own name."""
+    trigger = trigger_of(json.loads(execution.get("input") or "{}"), execution["name"])
+    return Run(trigger.lineage, trigger.resume)
 
 
 def trial_index(job_name: str) -> int:

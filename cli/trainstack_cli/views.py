@@ -85,7 +85,9 @@ def status_view(run: RunView) -> RenderableType:
 
 def stopped_view(run: RunView) -> RenderableType:
     lines = [Text(f"{trial.job_name}: {trial.status} ({trial.secondary_status})") for trial in run.trials]
-    lines.append(Text(f"run {run.name}: {run.status}; checkpoints stay in S3 (a spec with resume: true continues them)"))
+    lines.append(
+        Text(f"run {run.name}: {run.status}; its checkpoints stay in S3 (`trainstack resume {run.name}` continues them)")
+    )
     return Group(*lines)
 
 

@@ -58,9 +58,19 @@ class Run:
         return Trial(self, index)
 
     def owns(self, job_name: str, name_prefix: str) -> bool:
-        """Whether a training job belongs to this run (the Stop handler's test)."""
+        """Whether a training job belongs to this run's lineage (the Stop handler's test)."""
         prefix = training_job_name_prefix(name_prefix)
         return job_name.startswith(prefix) and self.digest in job_name[len(prefix) :].split("-")
+
+    def made(self, job_name: str, name_prefix: str) -> bool:
+        """Whether this very execution created the job: of the lineage, and with this execution's
+        resume segment (none for the lineage's first execution)."""
+        if not self.owns(job_name, name_prefix):
+            return False
+        segments = job_name[len(training_job_name_prefix(name_prefix)) :].split("-")
+        after = segments[segments.index(self.digest) + 1 :]
+        resumes = [s for s in after if s.startswith("r") and len(s) == RESUME_DIGEST_LENGTH + 1]
+        return resumes == ([f"r{_digest(self.resume, RESUME_DIGEST_LENGTH)}"] if self.resume else [])
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,8 @@ def test_the_aws_cli_starts_a_run_with_s3_cp_and_reads_it_from_step_functions_sa
         "logs", "describe-log-streams", "--log-group-name", TRAINING_JOB_LOG_GROUP, "--log-stream-name-prefix", f"{job_name}/"
     )
     assert [s["logStreamName"].rsplit("-", 1)[0] for s in streams["logStreams"]] == [f"{job_name}/algo-1"]
+    refused = served.trainstack("resume", run)  # an upload's lineage is its object version: nothing can name it
+    assert refused.returncode == 2 and "started by an upload" in refused.stderr
 
 
 def test_submit_packs_a_local_source_dir_into_the_artifacts_bucket_and_waits_for_the_run(served, tmp_path):
@@ -208,8 +210,8 @@ def test_logs_print_the_training_output_of_one_host(served, tmp_path):
     assert {r["stream"].rsplit("-", 1)[0].rsplit("/", 1)[1] for r in records} == {"algo-1"}
 
 
-def test_stop_ends_the_run_and_its_job_mid_training_and_keeps_the_checkpoint(served, tmp_path):
-    hyperparameters = {"model": "gpt-tiny", "max_steps": 5000, "log_every": 1, "checkpoint_every": 4000, "seed": 0}
+def test_stop_ends_the_run_mid_training_keeping_its_checkpoint_and_resume_continues_from_it(served, tmp_path):
+    hyperparameters = {"model": "gpt-tiny", "max_steps": 1000, "log_every": 1, "checkpoint_every": 4000, "seed": 0}
     spec = write(tmp_path / "stop.yaml", job("stop", hyperparameters=hyperparameters, checkpoints=True))
     run = json.loads(served.trainstack("submit", str(spec), "--inline", "--json").stdout)["run"]
     served.wait_until(run, lambda v: v["trials"] and v["trials"][0]["metrics"].get("train:step", 0) >= 5)
@@ -222,7 +224,15 @@ def test_stop_ends_the_run_and_its_job_mid_training_and_keeps_the_checkpoint(ser
     assert (view["status"], trial["status"]) == ("ABORTED", "Stopped")
     description = served.aws_json("sagemaker", "describe-training-job", "--training-job-name", trial["job_name"])
     listing = served.aws("s3", "ls", "--recursive", description["CheckpointConfig"]["S3Uri"])
-    assert "manifest.json" in listing.stdout, listing.stderr
+    (saved,) = {int(part.removeprefix("step_")) for part in listing.stdout.split("/") if part.startswith("step_")}
+
+    resumed = served.trainstack("resume", run, "--wait", "--json")
+
+    assert resumed.returncode == 0, resumed.stderr
+    (continued,) = json.loads(resumed.stdout)["trials"]
+    assert continued["job_name"] != trial["job_name"] and continued["metrics"]["train:step"] == 1000
+    logs = served.trainstack("logs", json.loads(resumed.stdout)["name"]).stdout
+    assert f"at step {saved}" in logs and f"step={saved + 1} " in logs and f"step={saved} " not in logs
 
 
 def test_a_missing_stack_wrong_credentials_and_an_unknown_run_each_get_one_line_and_their_exit_code(served):

@@ -52,3 +52,14 @@ def test_trial_tags_name_the_spec_lineage_trial_and_strategy():
         "trainstack:trial": "2",
         "trainstack:strategy": "fsdp",
     }
+
+
+def test_each_execution_of_a_lineage_made_only_its_own_jobs():
+    first = Run("execution:nightly")
+    resumed = Run("execution:nightly", resume="nightly-resume-1")
+    first_jobs = [first.trial(0).job_name("trainstack", "gpt"), first.trial(0).job_name("trainstack", "gpt", attempt=1)]
+    resumed_jobs = [resumed.trial(0).job_name("trainstack", "gpt"), resumed.trial(0).job_name("trainstack", "gpt", attempt=1)]
+
+    assert all(first.made(j, "trainstack") and not resumed.made(j, "trainstack") for j in first_jobs)
+    assert all(resumed.made(j, "trainstack") and not first.made(j, "trainstack") for j in resumed_jobs)
+    assert all(first.owns(j, "trainstack") for j in first_jobs + resumed_jobs)  # the Stop handler's lineage test
