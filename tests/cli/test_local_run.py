@@ -50,12 +50,3 @@ def test_a_run_that_fails_exits_1_with_the_jobs_reason(template, tmp_path):
 
     assert result.returncode == 1
     assert "FAILED" in result.stdout and "AlgorithmError" in result.stderr
-
-
-def test_a_spec_refused_by_validation_exits_2_in_one_line(template, tmp_path):
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"name": "bad", "instance_type": "ml.g5.13xlarge"}))
-
-    result = local_run(template, tmp_path, str(tmp_path / "bad.yaml"))
-
-    assert result.returncode == 2
-    assert len(result.stderr.strip().splitlines()) == 1 and "instance_type" in result.stderr
