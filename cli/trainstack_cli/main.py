@@ -25,10 +25,9 @@ from typing import Any
 
 from trainstack import images
 from trainstack.identity import Run
-from trainstack.planner.plan import plan_job
-from trainstack.preflight import plan_problems, preflight, rule_problems
+from trainstack.preflight import plan_problems, planned, preflight, rule_problems
 from trainstack.request import build_request, validate_request
-from trainstack.rules import SpecRejectedError, resolve
+from trainstack.rules import SpecRejectedError
 from trainstack.s3uri import count_objects
 from trainstack.spec import SpecError, json_schema, load_spec
 from trainstack.stack_context import DEAD_LETTER_OUTPUT, STOP_FUNCTION_OUTPUT, StackContext, read_outputs_file
@@ -167,7 +166,7 @@ def _validate_or_render(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.spec.read_text(), str(args.spec))
         checked = preflight(spec, s3_object_counter() if args.check_s3 else None, args.region)
-        plan = checked.resolution
+        spec, plan = checked.spec, checked.resolution
     except (SpecError, SpecRejectedError) as error:
         problems = error.problems
         for problem in problems:
@@ -209,8 +208,10 @@ def _plan(path: Path, as_json: bool) -> int:
         for problem in error.problems:
             print(f"{path}: {problem}", file=sys.stderr)
         return 2
-    resolution = resolve(spec)
-    plan = plan_job(spec, resolution.strategy, resolution.smp_parameters)
+    planned_spec, _, plan = planned(spec)
+    for name, value in planned_spec.hyperparameters.items():
+        if spec.hyperparameters.get(name) != value:  # the plan chose it: say so, as Validate will set it
+            print(f"{path}: plan: hyperparameters.{name} = {str(value).lower()} (only then does it fit)", file=sys.stderr)
     if as_json:
         print(json.dumps(plan.to_json(), indent=2))
     else:

@@ -18,6 +18,7 @@ from trainstack.spec import JobSpec
 class Preflight:
     resolution: Plan
     plan: JobPlan
+    spec: JobSpec  # as it will run: with the choices the plan made where the spec left them open
 
 
 def rule_problems(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> list[Problem]:
@@ -33,12 +34,32 @@ def preflight(spec: JobSpec, count_objects: Callable[[str], int] | None = None, 
     problems = rule_problems(spec, count_objects, region)
     if problems:
         raise SpecRejectedError(problems)
-    resolution = resolve(spec)
-    plan = plan_job(spec, resolution.strategy, resolution.smp_parameters)
+    spec, resolution, plan = planned(spec)
     refusals = plan_problems(plan)
     if refusals and not spec.force:
         raise SpecRejectedError(refusals)
-    return Preflight(resolution, plan)
+    return Preflight(resolution, plan, spec)
+
+
+def planned(spec: JobSpec) -> tuple[JobSpec, Plan, JobPlan]:
+    """The spec as it will run (with the defaults the plan chooses), its resolution and its plan, for
+    a spec whose rules pass."""
+    resolution = resolve(spec)
+    plan = plan_job(spec, resolution.strategy, resolution.smp_parameters)
+    if not plan.fits:
+        spec, plan = _reduce_every_micro_step_if_it_fits(spec, resolution, plan)
+    return spec, resolution, plan
+
+
+def _reduce_every_micro_step_if_it_fits(spec: JobSpec, resolution: Plan, plan: JobPlan) -> tuple[JobSpec, JobPlan]:
+    """The built-in script's accumulation default follows memory: it keeps a full gradient copy
+    between micro-steps (fewer collectives) unless only reducing every micro-step fits the GPUs."""
+    knob = "reduce_every_micro_step"
+    if not spec.uses_builtin_script or resolution.strategy not in ("fsdp", "smp") or knob in spec.hyperparameters:
+        return spec, plan
+    reducing = spec.model_copy(update={"hyperparameters": {**spec.hyperparameters, knob: True}})
+    reducing_plan = plan_job(reducing, resolution.strategy, resolution.smp_parameters)
+    return (reducing, reducing_plan) if reducing_plan.fits else (spec, plan)
 
 
 def plan_problems(plan: JobPlan) -> list[Problem]:

@@ -88,6 +88,9 @@ class ModelShape(_Strict):
     activation_offloading: bool = False
     optimizer: Literal["adamw", "sgd"] = "adamw"
     zero1: bool = Field(default=False, description="ddp/smddp: optimizer state sharded across data-parallel ranks")
+    reduce_every_micro_step: bool = Field(
+        default=False, description="fsdp/smp with grad_accum > 1: gradients reduce-scattered every micro-step (no full copy kept)"
+    )
     steps: int | None = Field(default=None, ge=1, description="optimizer steps of the run, for its expected duration and cost")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.core.specs import DDP
+from tests.core.specs import DDP, FSDP
 from trainstack.instances import CATALOG
 from trainstack.planner.speed import ASSUMED_MFU
 from trainstack.preflight import preflight
@@ -134,3 +134,47 @@ def test_the_plan_as_json_states_the_verdict_as_booleans():
     (option,) = report["options"]
     assert option["memory_gib"]["total"] > option["memory_gib"]["usable"]
     assert option["suggestion"]["change"].startswith(("strategy: fsdp", "instance_count", "instance_type"))
+
+
+def fsdp_7b_on_one_g5(**hyperparameters) -> dict:
+    """gpt-7b under FSDP2 on the eight 24 GB A10Gs of one ml.g5.48xlarge, accumulating 8 micro-batches."""
+    hyperparameters = {
+        "model": "gpt-7b",
+        "grad_accum": 8,
+        "micro_batch_size": 1,
+        "activation_checkpointing": True,
+        **hyperparameters,
+    }
+    return {
+        **spec(**FSDP),
+        "instance_type": "ml.g5.48xlarge",
+        "instance_count": 1,
+        "hyperparameters": {**FSDP["hyperparameters"], **hyperparameters},
+    }
+
+
+def test_fsdp_accumulation_reduces_every_micro_step_by_default_when_only_that_fits():
+    checked = preflight(parse_spec(fsdp_7b_on_one_g5()))
+
+    assert checked.spec.hyperparameters["reduce_every_micro_step"] is True
+    assert checked.plan.fits
+
+
+def test_fsdp_accumulation_keeps_its_faster_default_when_that_fits():
+    checked = preflight(parse_spec(fsdp_7b_on_one_g5(grad_accum=1)))
+
+    assert "reduce_every_micro_step" not in checked.spec.hyperparameters and checked.plan.fits
+
+
+def test_an_explicit_accumulation_choice_is_kept_and_the_plan_names_the_change_that_fits():
+    message = refusal(fsdp_7b_on_one_g5(reduce_every_micro_step=False))
+
+    assert "hyperparameters.reduce_every_micro_step: true (fits at" in message
+
+
+def test_reducing_every_micro_step_costs_grad_accum_reduce_scatters_per_step():
+    keeping = plan_of(fsdp_7b_on_one_g5(reduce_every_micro_step=False)).options[0].speed
+    reducing = plan_of(fsdp_7b_on_one_g5(reduce_every_micro_step=True)).options[0].speed
+
+    assert reducing.communication_seconds > keeping.communication_seconds
+    assert reducing.step_seconds >= keeping.step_seconds

@@ -130,3 +130,37 @@ def test_smp_fsdp1_states_equal_the_padded_flat_shards(name):
     local_bytes = sum(p.numel() * p.element_size() for p in flat)
     states = model_states(_workload(name), Layout("smp", INSTANCE, nodes=2, gpus_per_node=8, shard=WORLD))
     assert states.parameters == local_bytes
+
+
+def _unsharded_gradient_bytes(model: torch.nn.Module) -> int:
+    """What FSDP2 holds between micro-steps besides the shards: each parameter's unsharded gradient."""
+    from torch.distributed.fsdp import FSDPModule
+
+    total = 0
+    for module in model.modules():
+        group = module._get_fsdp_state()._fsdp_param_group if isinstance(module, FSDPModule) else None
+        for fsdp_param in group.fsdp_params if group else []:
+            for held in (fsdp_param.unsharded_accumulated_grad, fsdp_param._unsharded_param.grad):
+                total += held.numel() * held.element_size() if held is not None else 0
+    return total
+
+
+@pytest.mark.parametrize("reduce_every_micro_step", [False, True])
+def test_fsdp2_accumulation_holds_the_unsharded_gradient_the_planner_counts(reduce_every_micro_step):
+    name = "gpt-tiny"
+    torch.manual_seed(0)
+    model = build_model(name)  # real CPU tensors: a backward pass runs (the fake collectives move nothing)
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in model.blocks:
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    model.set_requires_gradient_sync(reduce_every_micro_step)  # as strategies/fsdp.py's non-final micro-steps
+    tokens = torch.randint(0, GPT_SIZES[name].vocab_size, (1, GPT_SIZES[name].block_size))
+
+    model(tokens, tokens).backward()
+
+    layout = Layout("fsdp", INSTANCE, nodes=2, gpus_per_node=8, shard=WORLD)
+    workload = _workload(name, reduce_every_micro_step=reduce_every_micro_step)
+    extra = model_states(dataclasses.replace(workload, grad_accum=2), layout).gradients - model_states(workload, layout).gradients
+    assert _unsharded_gradient_bytes(model) == extra
+    assert extra == (0 if reduce_every_micro_step else 4 * sum(p.numel() for p in build_model(name).parameters()))

@@ -64,6 +64,7 @@ def test_strategy_defaults_from_how_the_container_was_launched(environ, strategy
         (["--precision", "fp8"], "'precision' = 'fp8'"),
         (["--zero1", "true", "--strategy", "fsdp"], "'zero1' is for ddp/smddp"),
         (["--cpu_offload", "true"], "'cpu_offload' needs strategy 'fsdp'"),
+        (["--reduce_every_micro_step", "true"], "'reduce_every_micro_step' is for fsdp/smp"),
         (["--mp_parameters", "{1}"], "'mp_parameters'"),
         (["--mp_parameters", "degree"], "'mp_parameters'"),
         (["--grad_accum", "0"], "'grad_accum' = 0"),

@@ -40,6 +40,13 @@ def test_fsdp2_matches_ddp(tmp_path, ddp_two_ranks):
     assert fsdp == pytest.approx(ddp_two_ranks, abs=2e-4)
 
 
+def test_fsdp2_reducing_every_micro_step_matches_ddp(tmp_path, ddp_two_ranks):
+    # ddp_two_ranks' global batch in two micro-batches per rank, each reduce-scattered as it is done
+    arguments = ("--strategy", "fsdp", "--grad_accum", "2", "--micro_batch_size", "2", "--reduce_every_micro_step", "true")
+    reducing = _trajectory(run(job_args(tmp_path, *arguments)))
+    assert reducing == pytest.approx(ddp_two_ranks, abs=2e-4)
+
+
 def test_zero1_matches_ddp(tmp_path, ddp_two_ranks):
     zero1 = _trajectory(run(job_args(tmp_path, "--strategy", "ddp", "--zero1", "true")))
     assert zero1 == pytest.approx(ddp_two_ranks, abs=2e-4)

@@ -60,6 +60,11 @@ class TrainConfig:
     # FSDP2 knobs
     cpu_offload: bool = False
     reshard_after_forward: bool = True
+    # Gradient accumulation with sharded gradients (FSDP2, SMP): false keeps each micro-step's
+    # unsharded gradients and reduce-scatters once per step (faster, a full gradient copy per GPU);
+    # true reduce-scatters every micro-step (grad_accum times the traffic, sharded gradients only).
+    # The planner sets it when only the memory it saves makes the job fit.
+    reduce_every_micro_step: bool = False
     # SMP v2: the JSON the SageMaker SDK passes as the `mp_parameters` hyperparameter
     mp_parameters: str = "{}"
     checkpoint_every: int = 50
@@ -102,6 +107,10 @@ class TrainConfig:
             )
         if self.cpu_offload and self.strategy != "fsdp":
             raise ConfigError("hyperparameter 'cpu_offload' needs strategy 'fsdp' (FSDP2 CPUOffloadPolicy)")
+        if self.reduce_every_micro_step and self.strategy not in ("fsdp", "smp"):
+            raise ConfigError(
+                f"hyperparameter 'reduce_every_micro_step' is for fsdp/smp; strategy '{self.strategy}' keeps whole gradients"
+            )
         parse_mp_parameters(self.mp_parameters)
         if self.histogram_every < 0:
             raise ConfigError(f"hyperparameter 'histogram_every' = {self.histogram_every}: steps, or 0 for none")

@@ -47,7 +47,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
             "max_runtime or max_wait, or split the sweep"
         )
     return {
-        "spec": spec.model_dump(mode="json"),
+        "spec": checked.spec.model_dump(mode="json"),
         "run": Run(trigger.lineage, trigger.resume).to_json(),
         "trials": [{"index": index, "hyperparameters": overrides} for index, overrides in enumerate(runs)],
         "trial_count": len(runs),

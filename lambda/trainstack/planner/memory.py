@@ -83,9 +83,12 @@ def model_states(workload: Workload, layout: Layout) -> ModelStates:
     if workload.parameters_stated:  # the stated count scales the shape's
         local = round(local * workload.parameters_stated / architecture.parameters)
     gradients = local * FP32
-    if workload.grad_accum > 1 and layout.shards_parameters:
-        # Accumulating without reduce-scatter keeps each layer's unsharded gradient between micro-steps.
-        gradients += (workload.parameters // layout.tensor) * DTYPE_BYTES[workload.precision]
+    if workload.grad_accum > 1 and layout.shards_parameters and not workload.reduce_every_micro_step:
+        # Accumulating without reduce-scatter keeps every layer's unsharded gradient between micro-steps:
+        # FSDP2 in its reduce dtype (fp32 in strategies/fsdp.py, whatever the compute dtype; measured in
+        # tests/planner), SMP's FSDP1 in the compute dtype.
+        unsharded = FP32 if layout.strategy == "fsdp" else DTYPE_BYTES[workload.precision]
+        gradients += (workload.parameters // layout.tensor) * unsharded
     return ModelStates(local * FP32, gradients, optimizer_bytes(workload, layout, local))
 
 

@@ -11,6 +11,7 @@ memory. Among the changes that fit, the cheapest per trained token wins.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,8 +168,8 @@ def cheapest_change(spec: JobSpec, workload: Workload, layout: Layout, smp: dict
 
 def _candidates(spec: JobSpec, workload: Workload, layout: Layout, smp: dict[str, Any]):
     """(stage, what to write in the spec, the workload, the layout) for each change worth trying: sharding
-    (ZeRO-1, FSDP2, SMP's whole-world shard group), activation checkpointing, more nodes, GPUs with
-    more memory, and their combinations."""
+    (ZeRO-1, FSDP2, SMP's whole-world shard group), activation checkpointing, reducing gradients every
+    micro-step, more nodes, GPUs with more memory, and their combinations."""
     knob = "hyperparameters." if spec.uses_builtin_script else "model."
     # (words, strategy, zero1, SMP parameters)
     shardings: list[tuple[list[str], str, bool, dict[str, Any]]] = [([], layout.strategy, workload.zero1, smp)]
@@ -178,6 +179,9 @@ def _candidates(spec: JobSpec, workload: Workload, layout: Layout, smp: dict[str
         shardings.append((["strategy: fsdp"], "fsdp", False, smp))
     full_shard = layout.strategy == "smp" and bool(smp.get("hybrid_shard_degree"))
     checkpointing_options = [workload.activation_checkpointing] + ([] if workload.activation_checkpointing else [True])
+    # With accumulation on sharded strategies: reduce-scatter every micro-step instead of keeping a full gradient.
+    accumulates = workload.grad_accum > 1 and not workload.reduce_every_micro_step
+    reduce_options = [workload.reduce_every_micro_step] + ([True] if accumulates else [])
     bigger = sorted((i for i in CATALOG.values() if _bigger(i, layout.instance)), key=lambda i: i.price_per_hour or float("inf"))
     node_counts = sorted({layout.nodes, *(n for n in (2, 4, 8, 16, 32, MAX_SUGGESTED_NODES) if n > layout.nodes)})
     for instance in [layout.instance, *bigger]:
@@ -186,20 +190,27 @@ def _candidates(spec: JobSpec, workload: Workload, layout: Layout, smp: dict[str
             if full_shard:  # SMP's shard group across every GPU the job has
                 world = nodes * layout.gpus_per_node // layout.tensor
                 options.append(([f"hybrid_shard_degree: {world}"], "smp", False, {**smp, "hybrid_shard_degree": world}))
-            for sharding, strategy, zero1, parameters in options:
-                for checkpointing in checkpointing_options:
-                    words = list(sharding)
-                    if instance is not layout.instance:
-                        words.insert(0, f"instance_type: {instance.name}")
-                    if nodes != layout.nodes:
-                        words.insert(0, f"instance_count: {nodes}")
-                    if checkpointing != workload.activation_checkpointing:
-                        words.append(f"{knob}activation_checkpointing: true")
-                    if not words:
-                        continue
-                    changed = dataclasses.replace(workload, zero1=zero1, activation_checkpointing=checkpointing)
-                    stage = 2 if instance is not layout.instance else 1 if nodes != layout.nodes else 0
-                    yield stage, ", ".join(words), changed, layout_of(strategy, instance, nodes, parameters, zero1)
+            for (sharding, strategy, zero1, parameters), checkpointing, reduce_every in itertools.product(
+                options, checkpointing_options, reduce_options
+            ):
+                if reduce_every and strategy not in ("fsdp", "smp"):
+                    continue
+                words = list(sharding)
+                if instance is not layout.instance:
+                    words.insert(0, f"instance_type: {instance.name}")
+                if nodes != layout.nodes:
+                    words.insert(0, f"instance_count: {nodes}")
+                if checkpointing != workload.activation_checkpointing:
+                    words.append(f"{knob}activation_checkpointing: true")
+                if reduce_every != workload.reduce_every_micro_step:
+                    words.append(f"{knob}reduce_every_micro_step: true")
+                if not words:
+                    continue
+                changed = dataclasses.replace(
+                    workload, zero1=zero1, activation_checkpointing=checkpointing, reduce_every_micro_step=reduce_every
+                )
+                stage = 2 if instance is not layout.instance else 1 if nodes != layout.nodes else 0
+                yield stage, ", ".join(words), changed, layout_of(strategy, instance, nodes, parameters, zero1)
 
 
 def _matmul(precision: str) -> str:

@@ -100,7 +100,8 @@ def communication_seconds(workload: Workload, layout: Layout) -> tuple[float, fl
         gathers = 2 if (workload.reshard_after_forward or layout.strategy == "smp") else 1
         gather = collective_seconds(layout, shard_ranks, parameters * compute_bytes, all_reduce=False)
         overlappable += workload.grad_accum * gathers * gather
-        overlappable += collective_seconds(layout, shard_ranks, parameters * FP32, all_reduce=False)  # reduce-scatter
+        reduce_scatters = workload.grad_accum if workload.reduce_every_micro_step else 1
+        overlappable += reduce_scatters * collective_seconds(layout, shard_ranks, parameters * FP32, all_reduce=False)
         if layout.replicas > 1:  # hybrid sharding: replicas all-reduce their shards
             overlappable += collective_seconds(layout, layout.world, parameters / layout.shard * FP32, all_reduce=True)
     critical = 0.0

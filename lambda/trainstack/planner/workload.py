@@ -88,6 +88,7 @@ class Workload:
     cpu_offload: bool
     reshard_after_forward: bool
     steps: int | None
+    reduce_every_micro_step: bool = False  # sharded strategies: reduce-scatter each micro-step
     parameters_stated: int | None = None  # the spec's exact count, when it overrides the shape's
 
     @property
@@ -202,6 +203,7 @@ def _builtin(config: TrainConfig) -> Workload:
         cpu_offload=config.cpu_offload,
         reshard_after_forward=config.reshard_after_forward,
         steps=config.max_steps,
+        reduce_every_micro_step=config.reduce_every_micro_step,
     )
 
 
@@ -220,6 +222,7 @@ def _custom(shape: ModelShape) -> Workload:
         cpu_offload=False,
         reshard_after_forward=True,
         steps=shape.steps,
+        reduce_every_micro_step=shape.reduce_every_micro_step,
         parameters_stated=int(shape.parameters) if shape.parameters else None,
     )
 

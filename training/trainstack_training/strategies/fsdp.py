@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -32,7 +34,8 @@ def apply(model: nn.Module, config: TrainConfig, context: DistContext) -> Parall
     def no_sync():
         return _GradientSyncPaused(model)
 
-    return Parallelized(module=model, model=model, no_sync=no_sync, shards_optimizer_state=True)
+    accumulate = contextlib.nullcontext if config.reduce_every_micro_step else no_sync
+    return Parallelized(module=model, model=model, no_sync=accumulate, shards_optimizer_state=True)
 
 
 class _GradientSyncPaused:

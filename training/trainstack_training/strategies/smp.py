@@ -3,6 +3,7 @@ tensor parallelism, then PyTorch FSDP (the FSDP1 class, which SMP extends) with 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from torch import nn
@@ -51,4 +52,5 @@ def apply(model: nn.Module, config: TrainConfig, context: DistContext) -> Parall
     block_types = {type(block) for block in getattr(model, "blocks", [])}
     # GPU only: PyTorch's FSDP1 (which SMP extends) refuses to run without an accelerator.
     wrapped = FullyShardedDataParallel(model, **fsdp_options(config, context, block_types))
-    return Parallelized(module=wrapped, model=model, no_sync=wrapped.no_sync, shards_optimizer_state=True)
+    accumulate = contextlib.nullcontext if config.reduce_every_micro_step else wrapped.no_sync
+    return Parallelized(module=wrapped, model=model, no_sync=accumulate, shards_optimizer_state=True)
