@@ -7,7 +7,9 @@ is what the entry point adds around it: config, data plan and memory-mapped shar
 averaging, stop-signal checks, logging, health rules. A third side runs the entry point with every
 health rule off, for the rules' own overhead. Runs alternate, and the order rotates each repeat
 (the place in the order alone moved a side by 10% on this 2-core machine), so drift on
-the machine hits both; each run's first interval is warm-up and dropped; medians are reported.
+the machine hits both; each run's first interval is warm-up and dropped; medians are reported, and
+the ratio of each repeat's runs (paired: the three ran back to back) with a distribution-free 95%
+interval for its median, which is what resolves a small overhead from this machine's noise.
 Also reports the time to save a DCP checkpoint as a multiple of one training step.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import statistics
 import subprocess
@@ -103,6 +106,18 @@ def checkpoint_cost(model_name: str, micro_batch: int, workdir: Path) -> tuple[f
     return statistics.median(step_times), statistics.median(save_times)
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median: the order statistics whose ranks the binomial
+    distribution of "how many values fall below the median" puts outside (1 - confidence) / 2."""
+    ordered, n = sorted(values), len(values)
+    tail = (1 - confidence) / 2
+    below, k = 0.0, 0
+    while k < n and below + math.comb(n, k) / 2**n <= tail:
+        below += math.comb(n, k) / 2**n
+        k += 1
+    return (ordered[k - 1], ordered[n - k]) if k else (ordered[0], ordered[-1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gpt-small-bytes")
@@ -116,17 +131,22 @@ def main() -> int:
         bare_worker(args.model, args.steps, args.interval, args.micro_batch)
         return 0
     ours_rates, bare_rates, unwatched_rates = [], [], []
+    per_repeat: dict[str, list[float]] = {"ours": [], "bare": [], "unwatched": []}  # each run's median
     no_rules = ("--health", json.dumps(dict.fromkeys(RULES, False)))
     with tempfile.TemporaryDirectory() as tmp:
 
         def side(kind: str, repeat: int) -> None:
             workdir = Path(tmp) / f"{kind}{repeat}"
             if kind == "ours":
-                ours_rates.extend(ours(args.model, args.steps, args.interval, args.micro_batch, workdir))
+                rates = ours(args.model, args.steps, args.interval, args.micro_batch, workdir)
+                ours_rates.extend(rates)
             elif kind == "bare":
-                bare_rates.extend(bare(args.model, args.steps, args.interval, args.micro_batch))
+                rates = bare(args.model, args.steps, args.interval, args.micro_batch)
+                bare_rates.extend(rates)
             else:
-                unwatched_rates.extend(ours(args.model, args.steps, args.interval, args.micro_batch, workdir, *no_rules))
+                rates = ours(args.model, args.steps, args.interval, args.micro_batch, workdir, *no_rules)
+                unwatched_rates.extend(rates)
+            per_repeat[kind].append(statistics.median(rates))
 
         order = ["ours", "bare", "unwatched"]
         for repeat in range(args.repeats):  # each side takes each place in the order equally often
@@ -144,6 +164,13 @@ def main() -> int:
     print(f"entry point / bare = {ours_median / bare_median:.3f}  (overhead {100 * (1 - ours_median / bare_median):+.1f}%)")
     health = f"{100 * (1 - ours_median / unwatched_median):+.1f}%"
     print(f"health rules (defaults) / rules off = {ours_median / unwatched_median:.3f}  (overhead {health})")
+    for name, other in (("bare", "entry point / bare"), ("unwatched", "rules on / rules off")):
+        paired = [a / b for a, b in zip(per_repeat["ours"], per_repeat[name], strict=True)]
+        low, high = median_interval(paired)
+        print(
+            f"{other}, paired by repeat: median {statistics.median(paired):.3f}, "
+            f"95% interval of the median {low:.3f}..{high:.3f} ({len(paired)} repeats)"
+        )
     step = f"one training step ({step_time * 1000:.1f} ms)"
     print(f"checkpoint save {save_time * 1000:.1f} ms = {save_time / step_time:.2f} x {step}, medians of 5")
     return 0

@@ -191,13 +191,37 @@ def all_reduce_mean(value: torch.Tensor, context: DistContext) -> torch.Tensor:
     return value
 
 
-def any_rank(flag: bool, context: DistContext) -> bool:
-    """True on every rank if it is true on any rank (e.g. one rank received SIGTERM)."""
-    if not context.is_distributed:
-        return flag
-    tensor = torch.tensor([1.0 if flag else 0.0], device=context.device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return bool(tensor.item())
+class StopVote:
+    """Whether any rank was asked to stop (one rank's SIGTERM stops every rank at the same step),
+    agreed without a blocking collective per step: each step starts an all-reduce of this rank's
+    flag on a CPU (gloo) group and reads the one started the step before, long finished. The GPU
+    stream is never waited on for it. A signal that arrives during step n is therefore acted on at
+    the end of step n + 1: at most two steps, then the checkpoint save."""
+
+    def __init__(self, context: DistContext) -> None:
+        self.context = context
+        # A group of its own, on gloo: apart from the training traffic, and NCCL would tie the flag to
+        # the GPU stream. Every rank creates it, in the same order.
+        self.group = dist.new_group(backend="gloo") if context.is_distributed else None
+        self.pending: tuple[Any, torch.Tensor] | None = None
+
+    def any_rank(self, flag: bool) -> bool:
+        """This step's flag goes out; the answer is the previous step's, the same on every rank."""
+        if not self.context.is_distributed:
+            return flag
+        tensor = torch.tensor([1.0 if flag else 0.0])
+        work = dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        previous, self.pending = self.pending, (work, tensor)
+        if previous is None:
+            return False
+        previous[0].wait()
+        return bool(previous[1].item())
+
+    def close(self) -> None:
+        """Let the last all-reduce finish before the process group goes."""
+        if self.pending is not None:
+            self.pending[0].wait()
+            self.pending = None
 
 
 def all_gather(value: Any, context: DistContext) -> list[Any]:

@@ -92,6 +92,7 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
 
     shuffle = EpochShuffle(len(dataset), config.seed)
     stop = StopRequest().install()
+    vote = distributed.StopVote(context)
     throughput = Throughput(flops_per_token, peak_flops(context.device, config.precision), context.world_size)
     job_batch = config.micro_batch_size * config.grad_accum * context.world_size  # examples per step, all nodes
     tensorboard = TensorBoardSink(config.tensorboard_dir) if config.tensorboard_dir and context.is_main else None
@@ -168,7 +169,8 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
         if ending := next((v for v in verdicts if v.ends_job), None):
             _end_for_health(ending, checkpointer, state, optimizer if zero1 else None, watchdog, tensorboard)
 
-        if distributed.any_rank(stop.requested, context):
+        if vote.any_rank(stop.requested):
+            vote.close()
             with watchdog.slow_phase():
                 path = checkpointer.save(state, optimizer if zero1 else None)
             if context.is_main:
@@ -182,6 +184,7 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
             with watchdog.slow_phase():
                 checkpointer.save(state, optimizer if zero1 else None)
 
+    vote.close()
     with watchdog.slow_phase():
         export_model(parallel.module, config.model_dir, lambda: _describe(config, seq_len), context)
     if tensorboard:
