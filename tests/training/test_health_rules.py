@@ -7,6 +7,8 @@ import json
 import re
 
 import pytest
+import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from tests.training.launch import environment, job_args, run
 from trainstack.metric_definitions import METRICS
@@ -46,6 +48,20 @@ def test_an_injected_nan_stops_at_that_step_on_every_rank(tmp_path):
     for rank in (0, 1):  # both ranks, the same step, without a collective to agree on it
         assert f"trainstack: rank {rank}: health rule nonfinite tripped at step 5" in result.stderr
     assert _checkpoint_steps(tmp_path) == [5]  # saved with step 4's weights: the NaN update was skipped
+
+
+@pytest.mark.parametrize("strategy", [("--strategy", "ddp"), ("--strategy", "ddp", "--zero1", "true"), ("--strategy", "fsdp")])
+def test_with_fused_adamw_a_nan_step_is_skipped_on_the_device_and_named_at_the_next_log_step(tmp_path, strategy):
+    env = environment(TRAINSTACK_INJECT_NAN="1:5")
+    arguments = (*strategy, "--fused_adamw", "true", "--log_every", "4", "--checkpoint_every", "100")
+    result = run(job_args(tmp_path, *arguments), env=env)
+    assert result.returncode != 0
+    assert "health rule nonfinite tripped at step 5: grad_norm=nan" in _failure(tmp_path)
+    assert _checkpoint_steps(tmp_path) == [8]  # found when step 8 was logged: no host read before
+    (checkpoint,) = (tmp_path / "checkpoints").glob("step_00000008")
+    dcp_to_torch_save(checkpoint, tmp_path / "saved.pt")
+    model = torch.load(tmp_path / "saved.pt", weights_only=False)["training"]["model"]
+    assert model and all(torch.isfinite(tensor).all() for tensor in model.values())  # the NaN update never landed
 
 
 def test_a_layer_whose_gradients_vanish_trips_the_vanishing_gradient_rule(tmp_path):

@@ -52,7 +52,9 @@ class TrainConfig:
     activation_offloading: bool = False
     zero1: bool = False
     compile: bool = False  # torch.compile each transformer block (off by default: compiling on CPU costs more than it saves)
-    fused_adamw: bool = False  # AdamW's fused kernel (one launch per step instead of one per tensor)
+    # AdamW's fused kernel (one launch per step instead of one per tensor; it also skips a nonfinite
+    # step on the device, so the gradient norm needs no host read per step). None: on CUDA only.
+    fused_adamw: bool | None = None
     # DDP knobs
     bucket_cap_mb: int = 25
     gradient_as_bucket_view: bool = True

@@ -63,8 +63,9 @@ class HealthMonitor:
         return next((s for s in self.settings if s.name == name), None)
 
     def check_step(self, step: int, grad_norm: float) -> Verdict | None:
-        """Every step, on the norm the optimizer step already brought to the host. With fp16 an
-        infinite norm is an overflow the loss scaler skips; loss_scale_collapse watches those."""
+        """On the step's norm where the host read it to decide the update (every step), or, with the
+        fused optimizer skipping on the device, on the first nonfinite step a log step finds. With fp16
+        an infinite norm is an overflow the loss scaler skips; loss_scale_collapse watches those."""
         rule = self._rule("nonfinite")
         if rule and not self.fp16 and not math.isfinite(grad_norm):
             return Verdict(rule.name, rule.action, step, {"grad_norm": grad_norm})

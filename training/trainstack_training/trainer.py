@@ -72,9 +72,14 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
 
     parallel = parallelize(model, config, context)
     zero1 = config.zero1 and context.is_distributed
-    optimizer = _optimizer(parallel.module, config, zero1)
+    fused = config.fused_adamw if config.fused_adamw is not None else context.device.type == "cuda"
+    optimizer = _optimizer(parallel.module, config, zero1, fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, config))
     scaler = grad_scaler(config.precision, context.device, sharded=parallel.shards_optimizer_state)
+    # The fused AdamW kernel skips a step whose gradients are not finite on the device (the loss
+    # scaler's found_inf), so the norm needs no trip to the host but on log steps.
+    skip_on_device = fused and scaler is None
+    nonfinite_at = torch.zeros((), dtype=torch.long, device=context.device)  # first such step; 0: none
     casts_itself = parallel.shards_optimizer_state  # FSDP casts through its mixed-precision policy
 
     # With ShardedByS3Key each node reads its own shard set, split over its own ranks only.
@@ -137,16 +142,23 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
         if tensorboard and config.histogram_every and step % config.histogram_every == 0:
             tensorboard.histograms("weights", layer_tensors(parallel.model.named_parameters(), gradients=False), step)
             tensorboard.histograms("gradients", layer_tensors(parallel.model.named_parameters(), gradients=True), step)
-        grad_norm = _step(parallel.module, optimizer, scaler, config.grad_clip)
+        norm = _step(parallel.module, optimizer, scaler, config.grad_clip, skip_on_device)
         scheduler.step()
         progress.step += 1
         progress.data.position += plan.global_batch
         watchdog.step_completed(step)
         throughput.add(job_batch * (seq_len or 1))
-        verdicts = [v for v in [health.check_step(step, grad_norm)] if v]
+        if skip_on_device:  # the norm stays on the device; its first nonfinite step is read at log steps
+            nonfinite_at = torch.where((nonfinite_at == 0) & ~torch.isfinite(norm), step, nonfinite_at)
+            verdicts = []
+        else:  # the host already read the norm to decide the update
+            verdicts = [v for v in [health.check_step(step, float(norm))] if v]
 
         if progress.step % config.log_every == 0 or progress.step == config.max_steps:
             mean_loss = distributed.all_reduce_mean(loss, context).item()
+            grad_norm = float(norm)
+            if skip_on_device and (first := int(nonfinite_at)):
+                verdicts += [v for v in [health.check_step(first, float("nan"))] if v]
             rates = throughput.report()
             line = {"step": progress.step, "loss": mean_loss, "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm}
             line["tokens_per_sec" if language_model else "samples_per_sec"] = rates["rate"]
@@ -209,13 +221,13 @@ def _open_dataset(config: TrainConfig, seq_len: int, per_node: bool) -> TokenSha
         ) from error
 
 
-def _optimizer(module: torch.nn.Module, config: TrainConfig, zero1: bool) -> torch.optim.Optimizer:
+def _optimizer(module: torch.nn.Module, config: TrainConfig, zero1: bool, fused: bool) -> torch.optim.Optimizer:
     """AdamW without weight decay on biases and norms; with zero1, each rank keeps only the AdamW
     state of its own partition of the parameters (ZeRO stage 1)."""
     decay = [p for p in module.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in module.parameters() if p.requires_grad and p.dim() < 2]
     options: dict[str, Any] = {"lr": config.lr, "betas": ADAMW_BETAS}
-    if config.fused_adamw:
+    if fused:
         options["fused"] = True
     if zero1:
         optimizer = ZeroRedundancyOptimizer(decay, optimizer_class=torch.optim.AdamW, weight_decay=config.weight_decay, **options)
@@ -254,21 +266,28 @@ def _shard_replicas(config: TrainConfig, world_size: int) -> int:
     return world_size // hybrid if 1 < hybrid < world_size else 1
 
 
-def _step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, grad_clip: float) -> float:
+def _step(
+    module: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, grad_clip: float, skip_on_device: bool
+) -> torch.Tensor:
+    """Clip, then update unless the gradients are not finite (a NaN or infinite gradient would poison
+    every weight it touches); returns the gradient norm, still on the device."""
     if scaler:
         scaler.unscale_(optimizer)
     clip = getattr(module, "clip_grad_norm_", None)  # FSDP1 needs its own (sharded) norm
     norm = clip(grad_clip) if clip else torch.nn.utils.clip_grad_norm_(module.parameters(), grad_clip)
     if hasattr(norm, "full_tensor"):  # FSDP2 returns a DTensor
         norm = norm.full_tensor()
-    value = float(norm)
     if scaler:
         scaler.step(optimizer)
         scaler.update()
-    elif math.isfinite(value):  # a NaN or infinite gradient would poison every weight it touches
+    elif skip_on_device:
+        inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer steps the AdamW it wraps
+        inner.found_inf = (~torch.isfinite(norm)).to(torch.float32)
+        optimizer.step()
+    elif math.isfinite(float(norm)):  # the host decides: one sync per step (fused_adamw avoids it)
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return value
+    return norm.detach()
 
 
 def _resume(
