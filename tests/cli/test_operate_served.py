@@ -211,7 +211,7 @@ def test_logs_print_the_training_output_of_one_host(served, tmp_path):
 
 
 def test_stop_ends_the_run_mid_training_keeping_its_checkpoint_and_resume_continues_from_it(served, tmp_path):
-    hyperparameters = {"model": "gpt-tiny", "max_steps": 1000, "log_every": 1, "checkpoint_every": 4000, "seed": 0}
+    hyperparameters = {"model": "gpt-tiny", "max_steps": 600, "log_every": 1, "checkpoint_every": 4000, "seed": 0}
     spec = write(tmp_path / "stop.yaml", job("stop", hyperparameters=hyperparameters, checkpoints=True))
     run = json.loads(served.trainstack("submit", str(spec), "--inline", "--json").stdout)["run"]
     served.wait_until(run, lambda v: v["trials"] and v["trials"][0]["metrics"].get("train:step", 0) >= 5)
@@ -230,7 +230,7 @@ def test_stop_ends_the_run_mid_training_keeping_its_checkpoint_and_resume_contin
 
     assert resumed.returncode == 0, resumed.stderr
     (continued,) = json.loads(resumed.stdout)["trials"]
-    assert continued["job_name"] != trial["job_name"] and continued["metrics"]["train:step"] == 1000
+    assert continued["job_name"] != trial["job_name"] and continued["metrics"]["train:step"] == 600
     logs = served.trainstack("logs", json.loads(resumed.stdout)["name"]).stdout
     assert f"at step {saved}" in logs and f"step={saved + 1} " in logs and f"step={saved} " not in logs
 

@@ -64,7 +64,7 @@ def assert_run_failed_with(stack, reason: str) -> None:
     assert message["status"] == "Failed" and reason in message["trials"][0]["reason"]
 
 
-def test_an_uploaded_spec_runs_to_completion_and_delivers_model_and_checkpoints(pipeline):
+def test_an_uploaded_spec_runs_to_completion_and_delivers_model_checkpoints_logs_and_its_report(pipeline):
     stack, _ = pipeline
     put(stack, "jobs/team/e2e.yaml", job())
     (execution,) = wait_for_new_executions(stack, known=0)
@@ -78,32 +78,23 @@ def test_an_uploaded_spec_runs_to_completion_and_delivers_model_and_checkpoints(
     assert f"models/{name}/output/model.tar.gz" in keys
     assert any(k.startswith("checkpoints/e2e/") and k.endswith("manifest.json") for k in keys)
     (message,) = notifications(stack)
-    assert message["status"] == "Completed"
-    assert message["trials"][0]["model_artifacts"] == f"s3://{stack.artifacts_bucket}/models/{name}/output/model.tar.gz"
+    assert message["status"] == "Completed" and message["links"]["execution"]
+    (trial,) = message["trials"]
+    assert trial["model_artifacts"] == f"s3://{stack.artifacts_bucket}/models/{name}/output/model.tar.gz"
+    assert trial["final_metrics"]["train:step"] == 4 and trial["cost_usd"] > 0
+    notify_log = "/aws/lambda/trainstack-notify"  # the emulated stack's function, as Lambda names its log group
     logs = boto3.client("logs", region_name=REGION)
+    printed = [
+        event["message"]
+        for stream in logs.describe_log_streams(logGroupName=notify_log)["logStreams"]
+        for event in logs.get_log_events(logGroupName=notify_log, logStreamName=stream["logStreamName"])["events"]
+    ]
+    (counted,) = [json.loads(line) for line in printed if line.startswith('{"_aws"')]  # for the dashboard
+    assert (counted["Status"], counted["TrainingJobs"]) == ("Completed", 1)
     (stream,) = logs.describe_log_streams(logGroupName=TRAINING_JOB_LOG_GROUP, logStreamNamePrefix=name)["logStreams"]
     assert re.fullmatch(rf"{name}/algo-1-\d{{10}}", stream["logStreamName"])  # as SageMaker names them
     events = logs.get_log_events(logGroupName=TRAINING_JOB_LOG_GROUP, logStreamName=stream["logStreamName"])["events"]
     assert any(e["message"].startswith("step=4 loss=") for e in events)
-
-
-def test_an_ended_run_sends_its_final_metrics_and_cost_and_counts_its_job_in_the_notify_log(pipeline):
-    stack, _ = pipeline
-    put(stack, "jobs/metrics.yaml", job(name="metrics"))
-    (execution,) = wait_for_new_executions(stack, known=0)
-    assert finish(execution).status == "SUCCEEDED"
-
-    (message,) = notifications(stack)
-    (trial,) = message["trials"]
-    assert trial["final_metrics"]["train:step"] == 4 and trial["cost_usd"] > 0 and message["links"]["execution"]
-    logs = boto3.client("logs", region_name=REGION)
-    group = "/aws/lambda/trainstack-notify"  # the emulated stack's function, as Lambda names its log group
-    streams = logs.describe_log_streams(logGroupName=group)["logStreams"]
-    lines = [
-        e["message"] for s in streams for e in logs.get_log_events(logGroupName=group, logStreamName=s["logStreamName"])["events"]
-    ]
-    (counted,) = [json.loads(line) for line in lines if line.startswith('{"_aws"')]
-    assert (counted["Status"], counted["TrainingJobs"]) == ("Completed", 1)
 
 
 def test_a_redelivered_event_does_not_launch_a_second_job(pipeline):

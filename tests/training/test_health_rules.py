@@ -50,7 +50,9 @@ def test_an_injected_nan_stops_at_that_step_on_every_rank(tmp_path):
     assert _checkpoint_steps(tmp_path) == [5]  # saved with step 4's weights: the NaN update was skipped
 
 
-@pytest.mark.parametrize("strategy", [("--strategy", "ddp"), ("--strategy", "ddp", "--zero1", "true"), ("--strategy", "fsdp")])
+@pytest.mark.parametrize(
+    "strategy", [("--strategy", "ddp", "--zero1", "true"), ("--strategy", "fsdp")]
+)  # DDP's path and the wrapped optimizer's; FSDP2's DTensors
 def test_with_fused_adamw_a_nan_step_is_skipped_on_the_device_and_named_at_the_next_log_step(tmp_path, strategy):
     env = environment(TRAINSTACK_INJECT_NAN="1:5")
     arguments = (*strategy, "--fused_adamw", "true", "--log_every", "4", "--checkpoint_every", "100")

@@ -200,9 +200,9 @@ class StopVote:
 
     def __init__(self, context: DistContext) -> None:
         self.context = context
-        # A group of its own, on gloo: apart from the training traffic, and NCCL would tie the flag to
-        # the GPU stream. Every rank creates it, in the same order.
-        self.group = dist.new_group(backend="gloo") if context.is_distributed else None
+        # On GPUs a gloo group of its own (every rank creates it, in the same order): NCCL would tie the
+        # flag to the GPU stream. A gloo job's own group serves: its collectives run in issue order.
+        self.group = dist.new_group(backend="gloo") if context.is_distributed and context.backend != "gloo" else None
         self.pending: tuple[Any, torch.Tensor] | None = None
 
     def any_rank(self, flag: bool) -> bool:
