@@ -47,6 +47,32 @@ def losses(output: str) -> dict[int, float]:
     return {int(m[1]): float(m[2]) for line in output.splitlines() if (m := STEP_LINE.match(line.strip()))}
 
 
+def trajectory(result: subprocess.CompletedProcess[str]) -> list[float]:
+    """The losses of a successful run, one per step from step 1 on (every step logged)."""
+    assert result.returncode == 0, result.stderr[-3000:]
+    by_step = losses(result.stdout)
+    assert sorted(by_step) == list(range(1, len(by_step) + 1))
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def sigkill_at_step(args: list[str], step: int, nproc: int = 2) -> None:
+    """Start a job and SIGKILL it and every worker once it logs `step`: no handler runs anywhere,
+    like a reclaimed instance."""
+    process = subprocess.Popen(
+        command(args, nproc),
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    for line in process.stdout:
+        if line.startswith(f"step={step} "):
+            kill_tree(process.pid)
+            break
+    process.wait(timeout=60)
+
+
 def job_args(tmp: Path, *extra: str, steps: int = 12) -> list[str]:
     return [
         "--model", "gpt-tiny", "--max_steps", str(steps), "--log_every", "1", "--seed", "0", "--lr", "1e-3",

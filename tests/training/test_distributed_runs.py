@@ -12,48 +12,52 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.training.launch import ROOT, STEADY_LR, TIMEOUT, command, environment, job_args, kill_tree, losses, run
+from tests.training.launch import (
+    ROOT,
+    STEADY_LR,
+    TIMEOUT,
+    command,
+    environment,
+    job_args,
+    losses,
+    run,
+    sigkill_at_step,
+    trajectory,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(TIMEOUT + 60)]
 
 
-def _trajectory(result: subprocess.CompletedProcess[str]) -> list[float]:
-    assert result.returncode == 0, result.stderr[-3000:]
-    trajectory = losses(result.stdout)
-    assert sorted(trajectory) == list(range(1, len(trajectory) + 1))
-    return [trajectory[step] for step in sorted(trajectory)]
-
-
 @pytest.fixture(scope="module")
 def ddp_two_ranks(tmp_path_factory) -> list[float]:
-    return _trajectory(run(job_args(tmp_path_factory.mktemp("ddp2"), "--strategy", "ddp")))
+    return trajectory(run(job_args(tmp_path_factory.mktemp("ddp2"), "--strategy", "ddp")))
 
 
 def test_ddp_on_two_ranks_matches_one_rank_at_the_same_global_batch(tmp_path, ddp_two_ranks):
-    one_rank = _trajectory(run(job_args(tmp_path, "--strategy", "ddp", "--grad_accum", "2"), nproc=0))
+    one_rank = trajectory(run(job_args(tmp_path, "--strategy", "ddp", "--grad_accum", "2"), nproc=0))
     assert ddp_two_ranks == pytest.approx(one_rank, abs=2e-4)
     assert ddp_two_ranks[-1] < ddp_two_ranks[0] - 0.3  # and it learns
 
 
 def test_fsdp2_matches_ddp(tmp_path, ddp_two_ranks):
-    fsdp = _trajectory(run(job_args(tmp_path, "--strategy", "fsdp")))
+    fsdp = trajectory(run(job_args(tmp_path, "--strategy", "fsdp")))
     assert fsdp == pytest.approx(ddp_two_ranks, abs=2e-4)
 
 
 def test_fsdp2_reducing_every_micro_step_matches_ddp(tmp_path, ddp_two_ranks):
     # ddp_two_ranks' global batch in two micro-batches per rank, each reduce-scattered as it is done
     arguments = ("--strategy", "fsdp", "--grad_accum", "2", "--micro_batch_size", "2", "--reduce_every_micro_step", "true")
-    reducing = _trajectory(run(job_args(tmp_path, *arguments)))
+    reducing = trajectory(run(job_args(tmp_path, *arguments)))
     assert reducing == pytest.approx(ddp_two_ranks, abs=2e-4)
 
 
 def test_zero1_matches_ddp(tmp_path, ddp_two_ranks):
-    zero1 = _trajectory(run(job_args(tmp_path, "--strategy", "ddp", "--zero1", "true")))
+    zero1 = trajectory(run(job_args(tmp_path, "--strategy", "ddp", "--zero1", "true")))
     assert zero1 == pytest.approx(ddp_two_ranks, abs=2e-4)
 
 
 def test_fsdp2_bf16_with_activation_checkpointing_trains(tmp_path, ddp_two_ranks):
-    bf16 = _trajectory(run(job_args(tmp_path, "--strategy", "fsdp", "--precision", "bf16", "--activation_checkpointing", "true")))
+    bf16 = trajectory(run(job_args(tmp_path, "--strategy", "fsdp", "--precision", "bf16", "--activation_checkpointing", "true")))
     assert bf16 == pytest.approx(ddp_two_ranks, abs=0.05)
 
 
@@ -68,14 +72,7 @@ def test_a_sigkilled_run_restarted_with_the_same_command_ends_with_the_same_weig
 
     interrupted = tmp_path / "interrupted"
     args = job_args(interrupted, *steps, steps=20)
-    process = subprocess.Popen(
-        command(args, 2), env=environment(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
-    )
-    for line in process.stdout:
-        if line.startswith("step=12 "):
-            kill_tree(process.pid)  # no handler runs anywhere: like a reclaimed instance
-            break
-    process.wait(timeout=60)
+    sigkill_at_step(args, 12)
     assert not (interrupted / "model" / "model.pt").exists()
     assert sorted(p.name for p in (interrupted / "checkpoints").iterdir()) == ["step_00000005", "step_00000010"]
 
@@ -194,21 +191,29 @@ def test_smp_without_the_library_fails_with_the_image_to_use(tmp_path):
     assert "smdistributed-modelparallel" in (tmp_path / "output" / "failure").read_text()
 
 
-def test_smp_initializes_after_the_process_group_then_transforms_before_sharding(tmp_path):
+def test_smp_initializes_after_the_process_group_then_transforms_the_hugging_face_model_before_sharding(tmp_path):
     log = tmp_path / "calls.jsonl"
     parameters = json.dumps({"tensor_parallel_degree": 2, "hybrid_shard_degree": 0})
     env = environment(
         PYTHONPATH=f"{STANDINS / 'smp'}{os.pathsep}{STANDINS}", TRAINSTACK_STANDIN_LOG=str(log), SM_HP_MP_PARAMETERS=parameters
     )
-    result = run(job_args(tmp_path, "--strategy", "smp", "--mp_parameters", parameters, steps=3), env=env)
-    for rank in ("0", "1"):
-        calls = [e for e in _events(log) if e["rank"] == rank]
-        assert [e["event"] for e in calls] == ["tsm.init", "tsm.transform"]
-        assert calls[0]["process_group_initialized"] is True
-        assert calls[0]["mp_parameters"]["tensor_parallel_degree"] == 2
+    arguments = ("--strategy", "smp", "--model", "hf:hf_configs/llama-tiny", "--mp_parameters", parameters)
+    result = run(job_args(tmp_path, *arguments, steps=3), env=env)
     # Everything up to the FSDP1 wrap ran; FSDP1 itself needs a GPU, which this machine lacks.
     assert result.returncode != 0
-    assert "FSDP needs a non-CPU accelerator device" in (tmp_path / "output" / "failure").read_text()
+    failure = (tmp_path / "output" / "failure").read_text()
+    assert "FSDP needs a non-CPU accelerator device" in failure
+    # The rank that reached the wrap called both, in order; torchrun may end its peer before it does.
+    failed_rank = failure.split(":", 1)[0].removeprefix("rank ")
+    for rank in ("0", "1"):
+        calls = [e for e in _events(log) if e["rank"] == rank]
+        expected = ["tsm.init", "tsm.transform"]
+        assert [e["event"] for e in calls] == (expected if rank == failed_rank else expected[: len(calls)])
+        for init in calls[:1]:
+            assert init["process_group_initialized"] is True
+            assert init["mp_parameters"]["tensor_parallel_degree"] == 2
+        # the transformers model itself, as SMP v2 requires
+        assert all(e["model"] == "LlamaForCausalLM" for e in calls if e["event"] == "tsm.transform")
 
 
 def test_smp_degrees_that_do_not_divide_the_world_are_refused(tmp_path):

@@ -256,13 +256,12 @@ def _save_zero1(optimizer: torch.optim.Optimizer, path: Path, context: DistConte
         torch.save(optimizer.state_dict(), path / ZERO1_OPTIMIZER)
 
 
-def export_model(model: nn.Module, model_dir: str | Path, describe: Callable[[], dict[str, Any]], context: DistContext) -> None:
-    """The final model as one consolidated state dict plus the config that rebuilds it (rank 0)."""
+def export_model(
+    model: nn.Module, model_dir: str | Path, write: Callable[[dict[str, torch.Tensor], Path], None], context: DistContext
+) -> None:
+    """The final model consolidated from every rank's shards (all ranks take part), then written by rank 0."""
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_state_dict(model, [], options=options)[0]
     if context.is_main:
-        directory = Path(model_dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        torch.save(state, directory / "model.pt")
-        (directory / "config.json").write_text(json.dumps(describe(), indent=2, sort_keys=True))
+        write(state, Path(model_dir))
     barrier(context)

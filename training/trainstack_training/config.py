@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from trainstack_training.health_rules import RuleSetting, parse_health
-from trainstack_training.model_sizes import MODEL_NAMES
+from trainstack_training.model_sizes import HF_PREFIX, MODEL_NAMES, is_hf_model, is_known_model
 
 STRATEGIES = ("ddp", "smddp", "smp", "fsdp")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -91,7 +91,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _one_of("strategy", self.strategy, STRATEGIES)
-        _one_of("model", self.model, MODEL_NAMES)
+        if not is_known_model(self.model):
+            raise ConfigError(
+                f"hyperparameter 'model' = {self.model!r}: choose one of {', '.join(MODEL_NAMES)}, "
+                f"or {HF_PREFIX}<folder or config.json> for a Hugging Face causal LM"
+            )
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("data_distribution", self.data_distribution, DATA_DISTRIBUTIONS)
         for name in ("max_steps", "micro_batch_size", "grad_accum", "log_every", "checkpoint_every", "keep_checkpoints"):
@@ -113,7 +117,12 @@ class TrainConfig:
             raise ConfigError(
                 f"hyperparameter 'reduce_every_micro_step' is for fsdp/smp; strategy '{self.strategy}' keeps whole gradients"
             )
-        parse_mp_parameters(self.mp_parameters)
+        if int(self.smp_parameters.get("tensor_parallel_degree", 1) or 1) > 1 and not is_hf_model(self.model):
+            raise ConfigError(
+                f"mp_parameters tensor_parallel_degree > 1: SMP's tsm.transform parallelizes Hugging Face models only, "
+                f"not {self.model!r}; use model '{HF_PREFIX}<folder>' (Llama, Mistral, Mixtral, GPT-NeoX) "
+                "or tensor_parallel_degree 1"
+            )
         if self.histogram_every < 0:
             raise ConfigError(f"hyperparameter 'histogram_every' = {self.histogram_every}: steps, or 0 for none")
         self.health_rules  # noqa: B018 - parsed here so a bad rule fails before training starts

@@ -21,7 +21,7 @@ from trainstack_training.health_rules import CHECKPOINT_AND_STOP, STOP, RuleSett
 
 # Wrapper prefixes that activation checkpointing, DDP, FSDP1 and torch.compile add to parameter names.
 WRAPPERS = re.compile(r"(^|\.)(_checkpoint_wrapped_module|_offload_wrapped_module|_fsdp_wrapped_module|module|_orig_mod)\.")
-LAYER = re.compile(r"^(blocks\.\d+)\.")
+LAYER = re.compile(r"^((?:.*\.)?(?:blocks|layers)\.\d+)\.")  # GPT's blocks.<i>, a Hugging Face model's ....layers.<i>
 HISTOGRAM_VALUES = 65536  # values per histogram at most: bounded event files and time
 
 
@@ -128,10 +128,11 @@ class HealthMonitor:
 
 
 def layer_of(name: str) -> str:
-    """The layer a parameter belongs to: `blocks.<i>`, or its top-level module (`wte`, `ln_f`...)."""
+    """The layer a parameter belongs to: its transformer block (`blocks.<i>`, `hf.model.layers.<i>`),
+    or else the module that holds it (`wte`, `ln_f`, `hf.lm_head`...)."""
     name = WRAPPERS.sub(r"\1", name)
     match = LAYER.match(name)
-    return match.group(1) if match else name.split(".", 1)[0]
+    return match.group(1) if match else name.rsplit(".", 1)[0]
 
 
 def layer_gradient_norms(

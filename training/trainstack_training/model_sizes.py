@@ -57,6 +57,27 @@ GPT_SIZES: dict[str, GPTConfig] = {
 CLASSIFIERS = ("mnist-cnn",)
 MODEL_NAMES = (*GPT_SIZES, *CLASSIFIERS)
 
+# `hf:<path>`: a Hugging Face causal LM from a config.json (random init) or a save_pretrained folder
+# (its safetensors weights), read from local files only: a folder or .json file in the source dir, or
+# an input channel's folder (/opt/ml/input/data/<channel>). Nothing is downloaded at run time.
+HF_PREFIX = "hf:"
+# The `model_type`s SMP v2's tsm.transform gives tensor parallelism (GPT-NeoX, Llama 2 and 3,
+# Mistral, Mixtral): https://docs.aws.amazon.com/sagemaker/latest/dg/model-parallel-core-features-v2-tensor-parallelism.html
+SMP_TENSOR_PARALLEL_MODEL_TYPES = ("gpt_neox", "llama", "mistral", "mixtral")
+
+
+def is_hf_model(name: str) -> bool:
+    return name.startswith(HF_PREFIX)
+
+
+def hf_source(name: str) -> str:
+    """The path an `hf:` model name points at."""
+    return name.removeprefix(HF_PREFIX).strip()
+
+
+def is_known_model(name: str) -> bool:
+    return name in MODEL_NAMES or (is_hf_model(name) and bool(hf_source(name)))
+
 
 def is_language_model(name: str) -> bool:
-    return name in GPT_SIZES
+    return name in GPT_SIZES or is_hf_model(name)

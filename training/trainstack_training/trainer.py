@@ -4,6 +4,7 @@ checkpoints, export. Every strategy runs through this one loop."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from dataclasses import asdict
@@ -30,8 +31,9 @@ from trainstack_training.health import (
 )
 from trainstack_training.health_rules import CHECKPOINT_AND_STOP
 from trainstack_training.metrics import TensorBoardSink, Throughput, format_line, peak_flops
-from trainstack_training.model_sizes import GPT_SIZES, is_language_model
-from trainstack_training.models import build_model
+from trainstack_training.model_sizes import GPT_SIZES, is_hf_model, is_language_model
+from trainstack_training.models import build_model, save_model
+from trainstack_training.models.hf import HFCausalLM
 from trainstack_training.precision import autocast, grad_scaler
 from trainstack_training.strategies import parallelize
 from trainstack_training.watchdog import Point, Watchdog
@@ -64,10 +66,12 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
         log.info("config %s", config.to_json())
     torch.manual_seed(config.seed)  # the same initial weights on every rank
     language_model = is_language_model(config.model)
-    seq_len = config.seq_len or (GPT_SIZES[config.model].block_size if language_model else 0)
-    per_node = config.data_distribution == "ShardedByS3Key"
-    dataset = _open_dataset(config, seq_len, per_node)
     model = build_model(config.model)
+    if context.is_main and isinstance(model, HFCausalLM):
+        log.info("model %s: %s, %d parameters", config.model, model.source, model.num_parameters(exclude_embeddings=False))
+    seq_len = config.seq_len or (model.context_length if language_model else 0)
+    per_node = config.data_distribution == "ShardedByS3Key"
+    dataset = _open_dataset(config, seq_len, model.vocab_size if language_model else 0, per_node)
     flops_per_token = model.flops_per_token(seq_len) if language_model else None
 
     parallel = parallelize(model, config, context)
@@ -198,20 +202,22 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
 
     vote.close()
     with watchdog.slow_phase():
-        export_model(parallel.module, config.model_dir, lambda: _describe(config, seq_len), context)
+        description = _describe(config, seq_len)
+        write = functools.partial(save_model, parallel.model, description=description)
+        export_model(parallel.module, config.model_dir, write, context)
     if tensorboard:
         tensorboard.close()
     return "completed"
 
 
-def _open_dataset(config: TrainConfig, seq_len: int, per_node: bool) -> TokenShards | ImageSet:
+def _open_dataset(config: TrainConfig, seq_len: int, vocab_size: int, per_node: bool) -> TokenShards | ImageSet:
     if not is_language_model(config.model):
         if per_node:
             raise DataError("ShardedByS3Key would split images.npy from labels.npy: give the image channel FullyReplicated")
         return ImageSet(Path(config.data_dir) if config.data_dir else SAMPLE_DATA / "digits")
     directory = Path(config.data_dir) if config.data_dir else SAMPLE_DATA / "tokens"
     try:
-        return TokenShards(directory, seq_len, GPT_SIZES[config.model].vocab_size)
+        return TokenShards(directory, seq_len, vocab_size)
     except DataError as error:
         if not per_node:
             raise
@@ -324,8 +330,10 @@ def _resume(
 
 
 def _describe(config: TrainConfig, seq_len: int) -> dict[str, Any]:
-    description: dict[str, Any] = {"model": config.model, "train_config": asdict(config), "format": "torch state_dict (model.pt)"}
-    if is_language_model(config.model):
+    layout = "transformers save_pretrained (safetensors)" if is_hf_model(config.model) else "torch state_dict (model.pt)"
+    description: dict[str, Any] = {"model": config.model, "train_config": asdict(config), "format": layout}
+    if config.model in GPT_SIZES:
         description["gpt"] = asdict(GPT_SIZES[config.model])
+    if is_language_model(config.model):
         description["seq_len"] = seq_len
     return description

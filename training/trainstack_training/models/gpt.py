@@ -84,6 +84,14 @@ class GPT(nn.Module):
             return logits
         return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
 
+    @property
+    def context_length(self) -> int:
+        return self.config.block_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
     def num_parameters(self, exclude_embeddings: bool = True) -> int:
         total = sum(p.numel() for p in self.parameters())
         return total - self.wpe.weight.numel() if exclude_embeddings else total

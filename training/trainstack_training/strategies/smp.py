@@ -46,8 +46,8 @@ def fsdp_options(config: TrainConfig, context: DistContext, block_types: set[typ
 def apply(model: nn.Module, config: TrainConfig, context: DistContext) -> Parallelized:
     _, tensor = check_degrees(config.smp_parameters, context.world_size)
     tsm = sagemaker_libraries.import_smp()
-    if tensor > 1:
-        model = tsm.transform(model)
+    if tensor > 1:  # the config allows it for Hugging Face models only, whose wrapper hands tsm its model
+        model.tensor_parallel(tsm.transform)
     apply_block_wrappers(model, config)
     block_types = {type(block) for block in getattr(model, "blocks", [])}
     # GPU only: PyTorch's FSDP1 (which SMP extends) refuses to run without an accelerator.
