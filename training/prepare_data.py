@@ -2,6 +2,10 @@
 
     # byte-level token shards from text files (vocabulary 256: any UTF-8 text, no tokenizer download)
     python training/prepare_data.py tokens --output data/tokens --shards 4 corpus/*.txt
+    # the same with a Hugging Face tokenizer from local files (a save_pretrained folder: tokenizer.json ...)
+    python training/prepare_data.py tokens --tokenizer my-tokenizer --output data/tokens --shards 4 corpus/*.txt
+    # a small byte-level BPE tokenizer trained on your own text, when you have none (offline)
+    python training/prepare_data.py tokenizer --output my-tokenizer --vocab 512 corpus/*.txt
     # 28x28 digit images drawn as jittered seven-segment glyphs (the MNIST-style example)
     python training/prepare_data.py digits --output data/digits --count 512 --seed 0
 
@@ -34,9 +38,42 @@ SEGMENTS = {
 DIGIT_SEGMENTS = ["abcdef", "bc", "abged", "abgcd", "fgbc", "afgcd", "afgedc", "abc", "abcdefg", "abcdfg"]
 
 
-def write_tokens(files: list[Path], output: Path, shards: int) -> list[Path]:
-    data = np.frombuffer(b"\n".join(path.read_bytes() for path in files), dtype=np.uint8)
+END_OF_TEXT = "<|endoftext|>"
+
+
+def write_tokens(files: list[Path], output: Path, shards: int, tokenizer: Path | None = None) -> list[Path]:
+    """Byte-level ids, or the tokenizer's with its end-of-text token between documents."""
+    if tokenizer is None:
+        data = np.frombuffer(b"\n".join(path.read_bytes() for path in files), dtype=np.uint8)
+    else:
+        data = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in tokenize(files, tokenizer)])
     return [write_shard(part, output, f"shard_{index:05d}") for index, part in enumerate(np.array_split(data, shards))]
+
+
+def tokenize(files: list[Path], folder: Path) -> list[list[int]]:
+    """Each file's ids, ended by the tokenizer's end-of-sequence token when it has one; only local
+    files are read (a save_pretrained folder), never the hub."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    end = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    return [tokenizer(path.read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"] + end for path in files]
+
+
+def train_tokenizer(files: list[Path], output: Path, vocab_size: int) -> Path:
+    """A byte-level BPE tokenizer (GPT-2's scheme) trained on the given text, saved so that
+    `AutoTokenizer.from_pretrained(output)` loads it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[END_OF_TEXT], initial_alphabet=alphabet)
+    core.train([str(path) for path in files], trainer)
+    PreTrainedTokenizerFast(tokenizer_object=core, eos_token=END_OF_TEXT).save_pretrained(output)
+    return output
 
 
 def draw_digit(digit: int, rng: np.random.Generator) -> np.ndarray:
@@ -66,18 +103,25 @@ def write_digits(output: Path, count: int, seed: int) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    tokens = commands.add_parser("tokens", help="byte-level token shards from text files")
+    tokens = commands.add_parser("tokens", help="token shards from text files (byte-level, or a tokenizer's)")
     tokens.add_argument("--output", type=Path, required=True)
     tokens.add_argument("--shards", type=int, default=4)
+    tokens.add_argument("--tokenizer", type=Path, help="a Hugging Face tokenizer folder (local files)")
     tokens.add_argument("files", type=Path, nargs="+")
+    tokenizer = commands.add_parser("tokenizer", help="train a byte-level BPE tokenizer on text files")
+    tokenizer.add_argument("--output", type=Path, required=True)
+    tokenizer.add_argument("--vocab", type=int, default=512)
+    tokenizer.add_argument("files", type=Path, nargs="+")
     digits = commands.add_parser("digits", help="28x28 seven-segment digit images")
     digits.add_argument("--output", type=Path, required=True)
     digits.add_argument("--count", type=int, default=512)
     digits.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.command == "tokens":
-        for path in write_tokens(args.files, args.output, args.shards):
+        for path in write_tokens(args.files, args.output, args.shards, args.tokenizer):
             print(path)
+    elif args.command == "tokenizer":
+        print(train_tokenizer(args.files, args.output, args.vocab))
     else:
         write_digits(args.output, args.count, args.seed)
         print(args.output)
