@@ -67,7 +67,9 @@ class Sweep(_Strict):
 
 class ModelShape(_Strict):
     """For a job running its own script: what the planner needs to know of the model and its batch.
-    The built-in script needs none of this: its hyperparameters say it (`model`, `micro_batch_size`...)."""
+    The built-in script's hyperparameters say it (`model`, `micro_batch_size`...), but for a Hugging
+    Face model (`hf:`), whose config.json only the container reads: then the shape and seq_len count
+    here, and the batch and memory options still come from the hyperparameters."""
 
     layers: int = Field(ge=1, description="transformer layers")
     hidden: int = Field(ge=1, description="model width (d_model)")
@@ -158,7 +160,9 @@ class JobSpec(_Strict):
     profiler: bool = False
     sweep: Sweep | None = None
     model: ModelShape | None = Field(
-        default=None, description="your own script's model, for the plan (the built-in script needs none)"
+        default=None,
+        description="your own script's model, for the plan; with the built-in script, the shape of its hf: model "
+        "(its batch and memory options come from the hyperparameters)",
     )
     budget: Budget | None = None
     health: Health | None = Field(

@@ -14,7 +14,7 @@ from typing import Any
 
 from trainstack.spec import JobSpec, ModelShape
 from trainstack_training.config import TrainConfig, parse_config
-from trainstack_training.model_sizes import GPT_SIZES, MLP_EXPANSION
+from trainstack_training.model_sizes import GPT_SIZES, MLP_EXPANSION, is_hf_model
 
 DEFAULT_HEAD_DIM = 128
 GATED_MLP_EXPANSION = 8 / 3  # Llama's SwiGLU width for the same parameters as a 4x GELU MLP
@@ -118,7 +118,16 @@ def builtin_config(spec: JobSpec, strategy: str, overrides: dict[str, Any] | Non
 
 def workload_of(spec: JobSpec, strategy: str, overrides: dict[str, Any] | None = None) -> Workload:
     if spec.uses_builtin_script:
-        return _builtin(builtin_config(spec, strategy, overrides))
+        config = builtin_config(spec, strategy, overrides)
+        if not is_hf_model(config.model):
+            return _builtin(config, gpt_architecture(config.model) if config.model in GPT_SIZES else None, 0)
+        # The config.json an hf: model names is read in the container only; the spec states its shape.
+        if spec.model is None:
+            raise NotPlannableError(
+                f"model: state the shape of {config.model} (layers, hidden, heads, kv_heads, vocab, ffn_hidden, "
+                "gated_mlp, tied_embeddings, seq_len) so the job can be planned; its config.json is read in the container only"
+            )
+        return _builtin(config, decoder_architecture(spec.model), spec.model.seq_len)
     if spec.model is None:
         raise NotPlannableError("model: describe your script's model (layers, hidden, seq_len, ...) so the job can be planned")
     return _custom(spec.model)
@@ -185,14 +194,15 @@ def _default_ffn(hidden: int, gated: bool) -> int:
     return -(-width // GATED_MLP_MULTIPLE) * GATED_MLP_MULTIPLE
 
 
-def _builtin(config: TrainConfig) -> Workload:
-    if config.model not in GPT_SIZES:
+def _builtin(config: TrainConfig, architecture: Architecture | None, context_length: int) -> Workload:
+    """The built-in script's workload: the model's shape, and the batch and memory options its own
+    config parsed; `context_length` is the sequence length when the config leaves it to the model."""
+    if architecture is None:
         raise NotPlannableError(f"model {config.model!r} is a small classifier: nothing to plan")
-    architecture = gpt_architecture(config.model)
     return Workload(
         model=config.model,
         architecture=architecture,
-        seq_len=config.seq_len or GPT_SIZES[config.model].block_size,
+        seq_len=config.seq_len or context_length or GPT_SIZES[config.model].block_size,
         micro_batch_size=config.micro_batch_size,
         grad_accum=config.grad_accum,
         precision=config.precision,
