@@ -8,11 +8,13 @@ the core in the Lambda asset), so the check and the script can never disagree.
 
 from __future__ import annotations
 
+from trainstack.entrypoint import INPUT_DATA_ROOT
 from trainstack.planner.workload import builtin_config
 from trainstack.rules import Problem
 from trainstack.spec import JobSpec
 from trainstack.workflow import trials
 from trainstack_training.config import ConfigError
+from trainstack_training.model_sizes import hf_source, is_hf_model
 
 # The script reads its data as files: a Pipe channel is a FIFO of concatenated records it cannot parse.
 READABLE_MODES = ("File", "FastFile")
@@ -41,9 +43,10 @@ def contract_problems(spec: JobSpec, strategy: str) -> list[Problem]:
         if channel.mode not in READABLE_MODES
     ]
     seen: set[str] = set()
+    models: set[str] = set()
     for index, overrides in enumerate(trials(spec)):
         try:
-            builtin_config(spec, strategy, overrides)
+            config = builtin_config(spec, strategy, overrides)
         except ConfigError as error:
             if str(error) in seen:  # the same bad base hyperparameter fails every trial alike
                 continue
@@ -54,7 +57,40 @@ def contract_problems(spec: JobSpec, strategy: str) -> list[Problem]:
                 else "hyperparameters"
             )
             problems.append(Problem(where, None, str(error), "see the hyperparameters the built-in script takes in the README"))
+            continue
+        if config.model not in models:  # a sweep over other hyperparameters repeats the same model
+            models.add(config.model)
+            problems += _model_channel_problems(spec, config.model)
     return problems
+
+
+def _model_channel_problems(spec: JobSpec, model: str) -> list[Problem]:
+    """An `hf:` model read from an input channel needs that channel, whole on every host: every rank
+    loads the same weights (ShardedByS3Key would give each host part of the files)."""
+    if not is_hf_model(model) or not hf_source(model).startswith(f"{INPUT_DATA_ROOT}/"):
+        return []
+    name = hf_source(model).removeprefix(f"{INPUT_DATA_ROOT}/").split("/", 1)[0]
+    channel = spec.inputs.get(name)
+    if channel is None:
+        known = ", ".join(sorted(spec.inputs)) or "none"
+        return [
+            Problem(
+                "hyperparameters.model",
+                model,
+                f"reads the input channel {name!r}, which the spec does not give (its inputs: {known})",
+                f"add inputs.{name} with the model's folder (config.json and *.safetensors)",
+            )
+        ]
+    if channel.distribution == "ShardedByS3Key":
+        return [
+            Problem(
+                f"inputs.{name}.distribution",
+                channel.distribution,
+                "the model's weights would be split between the hosts; every rank needs all of them",
+                "use FullyReplicated for the model's channel",
+            )
+        ]
+    return []
 
 
 def _from_trial(error: ConfigError, overrides: dict) -> bool:

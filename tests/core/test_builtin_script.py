@@ -55,3 +55,27 @@ def test_a_pipe_channel_is_refused_for_the_builtin_script():
 def test_a_users_own_script_may_read_pipe_and_take_any_hyperparameter():
     own = {"source_dir": "s3://my-code/x/sourcedir.tar.gz", "hyperparameters": {"max_step": 3}}
     assert problems(inputs={"train": {"s3_uri": TRAIN, "mode": "Pipe"}}, **own) == []
+
+
+def test_a_hugging_face_model_in_a_channel_the_spec_does_not_give_is_refused():
+    hyperparameters = {**DDP["hyperparameters"], "model": "hf:/opt/ml/input/data/weights/llama"}
+    assert problems(hyperparameters=hyperparameters, inputs={"train": {"s3_uri": TRAIN}}) == [
+        "hyperparameters.model = \"hf:/opt/ml/input/data/weights/llama\": reads the input channel 'weights', which the "
+        "spec does not give (its inputs: train); add inputs.weights with the model's folder (config.json and *.safetensors)"
+    ]
+
+
+def test_a_hugging_face_models_channel_must_reach_every_host_whole():
+    hyperparameters = {**DDP["hyperparameters"], "model": "hf:/opt/ml/input/data/weights"}
+    weights = {"s3_uri": "s3://my-models/llama/", "distribution": "ShardedByS3Key"}
+    assert problems(hyperparameters=hyperparameters, inputs={"train": {"s3_uri": TRAIN}, "weights": weights}) == [
+        'inputs.weights.distribution = "ShardedByS3Key": the model\'s weights would be split between the hosts; every '
+        "rank needs all of them; use FullyReplicated for the model's channel"
+    ]
+    assert (
+        problems(
+            hyperparameters=hyperparameters,
+            inputs={"train": {"s3_uri": TRAIN}, "weights": {**weights, "distribution": "FullyReplicated"}},
+        )
+        == []
+    )
