@@ -98,3 +98,18 @@ def test_the_image_installs_the_same_hugging_face_pins_the_tests_run_with():
     }
     train_extra = set(tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["train"])
     assert image and image <= train_extra
+
+
+def test_the_flops_count_the_output_head_whether_or_not_it_shares_the_embedding(tmp_path):
+    untied = build_model(LLAMA)
+    config = json.loads(
+        (Path(__file__).resolve().parents[2] / "training" / "hf_configs" / "llama-tiny" / "config.json").read_text()
+    )
+    (tmp_path / "tied").mkdir()
+    (tmp_path / "tied" / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+    tied = build_model(f"hf:{tmp_path / 'tied'}")
+    embedding = 512 * 64  # vocab x hidden
+    # untied: the input embedding is a lookup, left out; tied: the same matrix is the head's matmul, kept
+    assert untied.num_parameters() == untied.num_parameters(exclude_embeddings=False) - embedding
+    assert tied.num_parameters() == tied.num_parameters(exclude_embeddings=False)
+    assert tied.num_parameters() == untied.num_parameters()  # the same matmuls either way

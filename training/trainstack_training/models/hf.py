@@ -97,8 +97,11 @@ class HFCausalLM(nn.Module):
         return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
 
     def num_parameters(self, exclude_embeddings: bool = True) -> int:
+        """Excluding the input embedding (a lookup, no matmul), unless the output head shares it."""
         total = sum(p.numel() for p in self.parameters())
-        return total - self.hf.get_input_embeddings().weight.numel() if exclude_embeddings else total
+        embedding = self.hf.get_input_embeddings().weight
+        tied = embedding is self.hf.get_output_embeddings().weight
+        return total - embedding.numel() if exclude_embeddings and not tied else total
 
     def flops_per_token(self, seq_len: int) -> float:
         """6N for the matmuls (the output head included, the input embedding is a lookup) plus
