@@ -69,6 +69,14 @@ def test_fsdp2_per_decoder_layer_matches_ddp(tmp_path, tokenized, ddp_two_ranks)
     assert fsdp == pytest.approx(reference.losses, abs=2e-4)
 
 
+# ZeRO-1 shards the optimizer's state whatever the architecture: one model shows it (suite time).
+@pytest.mark.parametrize("ddp_two_ranks", ["llama"], indirect=True)
+def test_zero1_with_bf16_autocast_follows_ddp(tmp_path, tokenized, ddp_two_ranks):
+    model, reference = ddp_two_ranks
+    zero1 = _trajectory(run(_args(tmp_path, model, tokenized, "--strategy", "ddp", "--zero1", "true", "--precision", "bf16")))
+    assert zero1 == pytest.approx(reference.losses, abs=0.05)  # bf16 rounding only
+
+
 def test_the_export_loads_in_transformers_and_reproduces_the_trained_models_logits(ddp_two_ranks):
     model_name, reference = ddp_two_ranks
     trained = build_model(model_name)
