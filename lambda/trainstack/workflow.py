@@ -52,10 +52,13 @@ class RetryPolicy:
     backoff_rate: float = 2.0
     max_delay_seconds: int | None = None
 
-    def total_wait_seconds(self) -> int:
-        """The waits of every retry, as Step Functions spaces them (interval x rate^n, capped)."""
+    def waits(self) -> list[float]:
+        """The wait before each retry, as Step Functions spaces them (interval x rate^n, capped)."""
         waits = (self.interval_seconds * self.backoff_rate**attempt for attempt in range(self.max_attempts))
-        return int(sum(min(wait, self.max_delay_seconds or wait) for wait in waits))
+        return [min(wait, self.max_delay_seconds or wait) for wait in waits]
+
+    def total_wait_seconds(self) -> int:
+        return int(sum(self.waits()))
 
 
 # Create and Describe retry a throttled SageMaker API quickly; Create retries a quota or capacity

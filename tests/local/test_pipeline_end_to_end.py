@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from types import SimpleNamespace
 
 import boto3
 import pytest
 import yaml
+from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.stack_context import DEAD_LETTER_OUTPUT
+from trainstack.workflow import THROTTLED_RETRY
 from trainstack_cli import main as cli
 from trainstack_local.emulator import ACCOUNT, REGION, local_aws, training_files
 from trainstack_local.pipeline import executions, finish, training_jobs, upload_sample_data, wait_for_new_executions
@@ -210,15 +214,29 @@ def test_a_job_that_finds_no_capacity_is_created_again(pipeline):
     assert sorted(statuses.values()) == ["Completed", "Failed"]
 
 
+@pytest.fixture
+def retry_waits(monkeypatch) -> list[float]:
+    """The waits moto's Step Functions interpreter spends in Retry blocks, recorded and compressed
+    100-fold: the retries, their number and their order are the interpreter's own; only the clock runs fast."""
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        time.sleep(seconds / 100)
+
+    monkeypatch.setattr(retrier_decl, "time", SimpleNamespace(sleep=sleep))
+    return waits
+
+
 @pytest.mark.parametrize(
-    ("code", "message"),
+    ("code", "message", "retried"),
     [
-        ("AccessDeniedException", "not authorized to describe"),  # not retried: the trial ends at once
-        ("ThrottlingException", "Rate exceeded"),  # retried 5 times (about 155 s of real waits), then the same
+        ("AccessDeniedException", "not authorized to describe", []),  # not retried: the trial ends at once
+        ("ThrottlingException", "Rate exceeded", THROTTLED_RETRY.waits()),  # retried with backoff, then the same
     ],
     ids=["forbidden", "throttled-beyond-retries"],
 )
-def test_a_job_that_can_no_longer_be_described_is_stopped_and_its_run_fails(pipeline, code, message):
+def test_a_job_that_can_no_longer_be_described_is_stopped_and_its_run_fails(pipeline, retry_waits, code, message, retried):
     stack, twin = pipeline
     stack.faults.inject("sagemaker", "DescribeTrainingJob", code, message)
     put(stack, "jobs/e2e.yaml", job(hyperparameters={"model": "gpt-tiny", "max_steps": 100000, "log_every": 500}))
@@ -226,6 +244,7 @@ def test_a_job_that_can_no_longer_be_described_is_stopped_and_its_run_fails(pipe
     run = finish(execution)
     assert run.status == "FAILED"
     assert "Unwatched: could not be described" in run.cause and message in run.cause
+    assert retry_waits == retried
     stack.faults.clear()
     (training_job,) = training_jobs()
     twin.wait()  # the failed execution's Stop rule stopped the job: nothing trains on unwatched
