@@ -9,11 +9,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from transformers import AutoModelForCausalLM, GPT2Config
 
+from tests.training.launch import job_args, run
 from trainstack_training.config import ConfigError, TrainConfig
+from trainstack_training.health import layer_of
 from trainstack_training.models import build_model
 from trainstack_training.models.hf import HFCausalLM
+from trainstack_training.strategies.memory import apply_block_wrappers
 
 LLAMA = "hf:hf_configs/llama-tiny"
 NEOX = "hf:hf_configs/neox-tiny"
@@ -33,7 +37,12 @@ def test_the_seed_decides_the_initial_weights_on_every_rank():
     first = build_model(NEOX).state_dict()
     torch.manual_seed(3)
     second = build_model(NEOX).state_dict()
+    torch.manual_seed(4)
+    other = build_model(NEOX).state_dict()
     assert all(torch.equal(first[name], second[name]) for name in first)
+    assert not torch.equal(
+        first["hf.gpt_neox.layers.0.mlp.dense_h_to_4h.weight"], other["hf.gpt_neox.layers.0.mlp.dense_h_to_4h.weight"]
+    )
 
 
 def test_a_folder_with_safetensors_starts_from_those_weights(tmp_path):
@@ -113,3 +122,33 @@ def test_the_flops_count_the_output_head_whether_or_not_it_shares_the_embedding(
     assert untied.num_parameters() == untied.num_parameters(exclude_embeddings=False) - embedding
     assert tied.num_parameters() == tied.num_parameters(exclude_embeddings=False)
     assert tied.num_parameters() == untied.num_parameters()  # the same matmuls either way
+
+
+def test_a_gpt2_style_model_shards_and_checkpoints_per_layer_of_its_transformer_h(tmp_path):
+    no_dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    GPT2Config(n_layer=3, n_embd=32, n_head=2, vocab_size=64, n_positions=16, **no_dropout).save_pretrained(tmp_path / "gpt2")
+    model = build_model(f"hf:{tmp_path / 'gpt2'}")
+    assert model.blocks is model.hf.transformer.h and len(model.blocks) == 3
+    tokens = torch.randint(0, 64, (2, 9))
+    plain = model(tokens[:, :-1], tokens[:, 1:])
+    apply_block_wrappers(model, TrainConfig(model=LLAMA, activation_checkpointing=True))
+    assert all(isinstance(block, CheckpointWrapper) for block in model.hf.transformer.h)
+    assert model(tokens[:, :-1], tokens[:, 1:]).item() == pytest.approx(plain.item(), rel=1e-6)
+    assert layer_of("hf.transformer.h.2.mlp.c_fc.weight") == "hf.transformer.h.2"
+
+
+def test_pickled_weights_without_safetensors_are_refused_not_silently_replaced_by_random_ones(tmp_path):
+    build_model(LLAMA).hf.config.save_pretrained(tmp_path)
+    (tmp_path / "pytorch_model.bin").write_bytes(b"pickle")
+    with pytest.raises(ConfigError, match=r"pytorch_model\*\.bin weights \(pickles\) but no \*\.safetensors; convert them"):
+        build_model(f"hf:{tmp_path}")
+
+
+def test_a_sequence_longer_than_the_models_context_fails_the_job_with_one_line(tmp_path):
+    result = run([*job_args(tmp_path, "--model", LLAMA, "--seq_len", "65"), "--model_dir", str(tmp_path / "model")], nproc=0)
+    assert result.returncode == 1
+    assert (
+        (tmp_path / "output" / "failure")
+        .read_text()
+        .startswith(f"rank 0: invalid hyperparameters: hyperparameter 'seq_len' = 65: longer than {LLAMA}'s context of 64 tokens")
+    )

@@ -21,7 +21,8 @@ from trainstack_training.health_rules import CHECKPOINT_AND_STOP, STOP, RuleSett
 
 # Wrapper prefixes that activation checkpointing, DDP, FSDP1 and torch.compile add to parameter names.
 WRAPPERS = re.compile(r"(^|\.)(_checkpoint_wrapped_module|_offload_wrapped_module|_fsdp_wrapped_module|module|_orig_mod)\.")
-LAYER = re.compile(r"^((?:.*\.)?(?:blocks|layers)\.\d+)\.")  # GPT's blocks.<i>, a Hugging Face model's ....layers.<i>
+# GPT's blocks.<i>; a Hugging Face model's ....layers.<i> (Llama, GPT-NeoX) or ....h.<i> (GPT-2, Falcon)
+LAYER = re.compile(r"^((?:.*\.)?(?:blocks|layers|h)\.\d+)\.")
 HISTOGRAM_VALUES = 65536  # values per histogram at most: bounded event files and time
 
 

@@ -16,7 +16,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from trainstack_training import distributed
 from trainstack_training.checkpoint import Checkpointer, DataPosition, Progress, TrainingState, export_model
-from trainstack_training.config import TrainConfig
+from trainstack_training.config import ConfigError, TrainConfig
 from trainstack_training.data.images import ImageSet
 from trainstack_training.data.sampler import EpochShuffle, ShardPlan, micro_batch_indices
 from trainstack_training.data.tokens import DataError, TokenShards
@@ -70,6 +70,11 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
     if context.is_main and isinstance(model, HFCausalLM):
         log.info("model %s: %s, %d parameters", config.model, model.source, model.num_parameters(exclude_embeddings=False))
     seq_len = config.seq_len or (model.context_length if language_model else 0)
+    if language_model and seq_len > model.context_length:
+        raise ConfigError(
+            f"hyperparameter 'seq_len' = {seq_len}: longer than {config.model}'s context of {model.context_length} tokens; "
+            "set seq_len at most that (0 takes the model's own)"
+        )
     per_node = config.data_distribution == "ShardedByS3Key"
     dataset = _open_dataset(config, seq_len, model.vocab_size if language_model else 0, per_node)
     flops_per_token = model.flops_per_token(seq_len) if language_model else None

@@ -4,7 +4,7 @@ The wrapper exposes the decoder layers as `blocks`, so the strategies shard, che
 and compile them layer by layer exactly as they do GPT blocks, and it computes the loss from the
 logits against targets the data already shifted (the model's own `labels` path would shift again).
 Only local files are read: `from_pretrained(..., local_files_only=True)` for a folder holding
-weights, `from_config` (random init from the run's seed) for a config alone.
+safetensors weights, `from_config` (random init from the run's seed) for a config alone.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from torch.nn import functional as F
 from trainstack_training.config import ConfigError
 from trainstack_training.model_sizes import SMP_TENSOR_PARALLEL_MODEL_TYPES, hf_source
 
-WEIGHT_PATTERNS = ("*.safetensors",)
+# Weights load from safetensors only: a pickled checkpoint runs code when loaded, and silently
+# ignoring one would train from random weights.
+PICKLED_WEIGHTS = "pytorch_model*.bin"
 SCRIPT_DIR = Path(__file__).resolve().parents[2]  # where train.py lives: /opt/ml/code in the container
 
 
@@ -54,6 +56,19 @@ def _transformers() -> Any:
     return transformers
 
 
+def decoder_layers_path(hf: nn.Module) -> str:
+    """Where a `transformers` model keeps its decoder layers: the outermost ModuleList with one
+    entry per hidden layer. Architectures name it differently (layers, h, decoder.layers)."""
+    count = hf.config.num_hidden_layers
+    for name, module in hf.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) == count:
+            return name
+    raise ConfigError(
+        f"hyperparameter 'model': found no list of {count} decoder layers in {type(hf).__name__}, so it cannot be "
+        "sharded or checkpointed per layer; use a decoder-only causal LM (Llama, Mistral, Mixtral, GPT-NeoX, GPT-2...)"
+    )
+
+
 class HFCausalLM(nn.Module):
     """A `transformers` causal LM with the trainer's interface: blocks, loss, FLOPs, export."""
 
@@ -62,14 +77,19 @@ class HFCausalLM(nn.Module):
         transformers = _transformers()
         path = resolve(name)
         options = {"dtype": torch.float32, "attn_implementation": "sdpa"}  # fp32 master weights; autocast computes
-        if path.is_dir() and any(any(path.glob(pattern)) for pattern in WEIGHT_PATTERNS):
+        if path.is_dir() and not any(path.glob("*.safetensors")) and any(path.glob(PICKLED_WEIGHTS)):
+            raise ConfigError(
+                f"hyperparameter 'model' = {name!r}: {path} holds {PICKLED_WEIGHTS} weights (pickles) but no *.safetensors; "
+                "convert them once with save_pretrained(folder) (safetensors is its default) and give that folder"
+            )
+        if path.is_dir() and any(path.glob("*.safetensors")):
             self.hf = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **options)
             self.source = f"weights from {path}"
         else:
             config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
             self.hf = transformers.AutoModelForCausalLM.from_config(config, **options)
             self.source = f"random init from {path}"
-        self.hf.config.use_cache = False  # training: no key/value cache
+        self.layers_path = decoder_layers_path(self.hf)
 
     @property
     def config(self) -> Any:
@@ -77,9 +97,10 @@ class HFCausalLM(nn.Module):
 
     @property
     def blocks(self) -> nn.ModuleList:
-        """The decoder layers (Llama's model.layers, GPT-NeoX's gpt_neox.layers): the unit of
-        sharding and checkpointing. A property, so the layers are registered once, under `hf`."""
-        return self.hf.base_model.layers
+        """The decoder layers (Llama's model.layers, GPT-NeoX's gpt_neox.layers, GPT-2's
+        transformer.h): the unit of sharding and checkpointing. A property, so the layers are
+        registered once, under `hf`."""
+        return self.hf.get_submodule(self.layers_path)
 
     @property
     def context_length(self) -> int:
@@ -118,6 +139,7 @@ class HFCausalLM(nn.Module):
                 f"(it has for {', '.join(SMP_TENSOR_PARALLEL_MODEL_TYPES)}); set tensor_parallel_degree 1"
             )
         self.hf = transform(self.hf)
+        self.layers_path = decoder_layers_path(self.hf)
 
     def export(self, state: dict[str, torch.Tensor], directory: Path, description: dict[str, Any]) -> None:
         """`save_pretrained`: config.json, generation_config.json and model.safetensors, which
