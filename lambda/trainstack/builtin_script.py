@@ -43,7 +43,7 @@ def contract_problems(spec: JobSpec, strategy: str) -> list[Problem]:
         if channel.mode not in READABLE_MODES
     ]
     seen: set[str] = set()
-    models: set[str] = set()
+    models: set[tuple[str, int]] = set()
     for index, overrides in enumerate(trials(spec)):
         try:
             config = builtin_config(spec, strategy, overrides)
@@ -58,10 +58,27 @@ def contract_problems(spec: JobSpec, strategy: str) -> list[Problem]:
             )
             problems.append(Problem(where, None, str(error), "see the hyperparameters the built-in script takes in the README"))
             continue
-        if config.model not in models:  # a sweep over other hyperparameters repeats the same model
-            models.add(config.model)
-            problems += _model_channel_problems(spec, config.model)
+        if (config.model, config.seq_len) not in models:  # a sweep over other hyperparameters repeats them
+            models.add((config.model, config.seq_len))
+            problems += _hf_seq_len_problems(spec, config.model, config.seq_len) + _model_channel_problems(spec, config.model)
     return problems
+
+
+def _hf_seq_len_problems(spec: JobSpec, model: str, seq_len: int) -> list[Problem]:
+    """The plan reads an `hf:` model's shape from the spec's model block, the container its
+    config.json: without the seq_len hyperparameter the container trains at the config's
+    max_position_embeddings, which the plan cannot see. So the two must state the same length."""
+    if not is_hf_model(model) or spec.model is None or seq_len == spec.model.seq_len:
+        return []
+    trained = f"{seq_len}" if seq_len else "its config's max_position_embeddings (seq_len unset)"
+    return [
+        Problem(
+            "hyperparameters.seq_len",
+            seq_len or None,
+            f"{model} would train at {trained}, but the plan is for model.seq_len {spec.model.seq_len}",
+            f"set the hyperparameter seq_len to {spec.model.seq_len}, or model.seq_len to the length you train at",
+        )
+    ]
 
 
 def _model_channel_problems(spec: JobSpec, model: str) -> list[Problem]:

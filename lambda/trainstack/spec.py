@@ -68,8 +68,9 @@ class Sweep(_Strict):
 class ModelShape(_Strict):
     """For a job running its own script: what the planner needs to know of the model and its batch.
     The built-in script's hyperparameters say it (`model`, `micro_batch_size`...), but for a Hugging
-    Face model (`hf:`), whose config.json only the container reads: then the shape and seq_len count
-    here, and the batch and memory options still come from the hyperparameters."""
+    Face model (`hf:`), whose config.json only the container reads: then its shape is given here, and
+    Validate requires the `seq_len` hyperparameter to equal this seq_len (the container would
+    otherwise train at the config's max_position_embeddings)."""
 
     layers: int = Field(ge=1, description="transformer layers")
     hidden: int = Field(ge=1, description="model width (d_model)")

@@ -79,3 +79,18 @@ def test_a_hugging_face_models_channel_must_reach_every_host_whole():
         )
         == []
     )
+
+
+@pytest.mark.parametrize(("seq_len", "trained"), [(None, "its config's max_position_embeddings (seq_len unset)"), (1024, "1024")])
+def test_a_hugging_face_model_must_train_at_the_sequence_length_it_is_planned_for(seq_len, trained):
+    shape = {"layers": 22, "hidden": 2048, "vocab": 32000, "seq_len": 2048}
+    hyperparameters = {**DDP["hyperparameters"], "model": "hf:hf_configs/llama-1b"}
+    if seq_len:
+        hyperparameters["seq_len"] = seq_len
+    found = problems(hyperparameters=hyperparameters, model=shape)
+    assert found == [
+        f"hyperparameters.seq_len{' = ' + str(seq_len) if seq_len else ''}: hf:hf_configs/llama-1b would train at {trained}, "
+        "but the plan is for model.seq_len 2048; "
+        "set the hyperparameter seq_len to 2048, or model.seq_len to the length you train at"
+    ]
+    assert problems(hyperparameters={**hyperparameters, "seq_len": 2048}, model=shape) == []

@@ -178,3 +178,21 @@ def test_reducing_every_micro_step_costs_grad_accum_reduce_scatters_per_step():
 
     assert reducing.communication_seconds > keeping.communication_seconds
     assert reducing.step_seconds >= keeping.step_seconds
+
+
+HF_LLAMA = "hf:hf_configs/llama-1b"
+LLAMA_1B = {"layers": 22, "hidden": 2048, "heads": 32, "kv_heads": 4, "vocab": 32000, "ffn_hidden": 5632, "seq_len": 2048}
+
+
+def test_a_hugging_face_model_without_its_shape_launches_unplanned_naming_the_fields():
+    checked = preflight(parse_spec(spec(hyperparameters={"model": HF_LLAMA})))
+    (option,) = checked.plan.options
+    assert option.memory is None and option.note.startswith(f"model: state the shape of {HF_LLAMA} (layers, hidden")
+    assert checked.plan.launchable
+
+
+def test_a_hugging_face_model_is_planned_from_the_specs_shape_and_the_scripts_batch():
+    hyperparameters = {"model": HF_LLAMA, "seq_len": 2048, "micro_batch_size": 3, "precision": "bf16"}
+    plan = plan_of(spec(hyperparameters=hyperparameters, model=LLAMA_1B))
+    assert (plan.workload.model, plan.workload.seq_len, plan.workload.micro_batch_size) == (HF_LLAMA, 2048, 3)
+    assert plan.workload.architecture.layers == 22 and plan.options[0].memory is not None
