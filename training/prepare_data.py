@@ -42,7 +42,7 @@ END_OF_TEXT = "<|endoftext|>"
 
 
 def write_tokens(files: list[Path], output: Path, shards: int, tokenizer: Path | None = None) -> list[Path]:
-    """Byte-level ids, or the tokenizer's with its end-of-text token between documents."""
+    """Byte-level ids, or the tokenizer's with its end-of-text token after each document (if it has one)."""
     if tokenizer is None:
         data = np.frombuffer(b"\n".join(path.read_bytes() for path in files), dtype=np.uint8)
     else:
