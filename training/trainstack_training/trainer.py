@@ -35,7 +35,7 @@ from trainstack_training.model_sizes import GPT_SIZES, is_hf_model, is_language_
 from trainstack_training.models import build_model, save_model
 from trainstack_training.models.hf import HFCausalLM
 from trainstack_training.precision import autocast, grad_scaler
-from trainstack_training.strategies import parallelize
+from trainstack_training.strategies import builds_on_meta, parallelize
 from trainstack_training.watchdog import Point, Watchdog
 
 log = logging.getLogger("trainstack")
@@ -64,9 +64,9 @@ def run(config: TrainConfig) -> str:
 def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watchdog) -> str:
     if context.is_main:
         log.info("config %s", config.to_json())
-    torch.manual_seed(config.seed)  # the same initial weights on every rank
+    torch.manual_seed(config.seed)  # the same initial weights on every rank that builds them
     language_model = is_language_model(config.model)
-    model = build_model(config.model)
+    model = build_model(config.model, on_meta=builds_on_meta(config, context))
     if context.is_main and isinstance(model, HFCausalLM):
         log.info("model %s: %s, %d parameters", config.model, model.source, model.num_parameters(exclude_embeddings=False))
     seq_len = config.seq_len or (model.context_length if language_model else 0)

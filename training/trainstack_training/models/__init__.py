@@ -3,6 +3,7 @@ writes one; the named sizes live in model_sizes.py (torch-free, shared with the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -16,13 +17,15 @@ from trainstack_training.models.gpt import GPT
 from trainstack_training.models.hf import HFCausalLM
 
 
-def build_model(name: str) -> nn.Module:
-    if name in GPT_SIZES:
-        return GPT(GPT_SIZES[name])
-    if name in CLASSIFIERS:
-        return Classifier()
-    if is_hf_model(name):
-        return HFCausalLM(name)
+def build_model(name: str, on_meta: bool = False) -> nn.Module:
+    """`on_meta`: shapes only, no storage, no weights read (a rank that receives its shards)."""
+    with torch.device("meta") if on_meta else contextlib.nullcontext():
+        if name in GPT_SIZES:
+            return GPT(GPT_SIZES[name])
+        if name in CLASSIFIERS:
+            return Classifier()
+        if is_hf_model(name):
+            return HFCausalLM(name, read_weights=not on_meta)
     raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODEL_NAMES)}")
 
 

@@ -72,7 +72,7 @@ def decoder_layers_path(hf: nn.Module) -> str:
 class HFCausalLM(nn.Module):
     """A `transformers` causal LM with the trainer's interface: blocks, loss, FLOPs, export."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, read_weights: bool = True) -> None:
         super().__init__()
         transformers = _transformers()
         path = resolve(name)
@@ -82,7 +82,7 @@ class HFCausalLM(nn.Module):
                 f"hyperparameter 'model' = {name!r}: {path} holds {PICKLED_WEIGHTS} weights (pickles) but no *.safetensors; "
                 "convert them once with save_pretrained(folder) (safetensors is its default) and give that folder"
             )
-        if path.is_dir() and any(path.glob("*.safetensors")):
+        if read_weights and path.is_dir() and any(path.glob("*.safetensors")):
             self.hf = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **options)
             self.source = f"weights from {path}"
         else:

@@ -12,5 +12,11 @@ from trainstack_training.strategies.base import Apply, Parallelized
 STRATEGIES: dict[str, Apply] = {"ddp": ddp.apply, "smddp": smddp.apply, "smp": smp.apply, "fsdp": fsdp.apply}
 
 
+def builds_on_meta(config: TrainConfig, context: DistContext) -> bool:
+    """Whether this rank builds the model without storage, its shards filled in by `parallelize`
+    (open FSDP2 on every rank but 0)."""
+    return config.strategy == "fsdp" and fsdp.builds_on_meta(context)
+
+
 def parallelize(model: nn.Module, config: TrainConfig, context: DistContext) -> Parallelized:
     return STRATEGIES[config.strategy](model, config, context)
