@@ -9,6 +9,7 @@ the core in the Lambda asset), so the check and the script can never disagree.
 from __future__ import annotations
 
 from trainstack.entrypoint import INPUT_DATA_ROOT
+from trainstack.instances import lookup
 from trainstack.planner.workload import builtin_config
 from trainstack.rules import Problem
 from trainstack.spec import JobSpec
@@ -21,6 +22,7 @@ READABLE_MODES = ("File", "FastFile")
 
 
 def contract_problems(spec: JobSpec, strategy: str) -> list[Problem]:
+    """Every way the built-in script would refuse this spec once its instances are up."""
     if not spec.uses_builtin_script:
         if spec.health is not None:
             return [
@@ -44,6 +46,7 @@ def contract_problems(spec: JobSpec, strategy: str) -> list[Problem]:
     ]
     seen: set[str] = set()
     models: set[tuple[str, int]] = set()
+    offloads = False  # some trial offloads to the host
     for index, overrides in enumerate(trials(spec)):
         try:
             config = builtin_config(spec, strategy, overrides)
@@ -61,7 +64,24 @@ def contract_problems(spec: JobSpec, strategy: str) -> list[Problem]:
         if (config.model, config.seq_len) not in models:  # a sweep over other hyperparameters repeats them
             models.add((config.model, config.seq_len))
             problems += _hf_seq_len_problems(spec, config.model, config.seq_len) + _model_channel_problems(spec, config.model)
-    return problems
+        offloads = offloads or config.cpu_offload
+    return problems + (_cpu_offload_problems(spec) if offloads else [])
+
+
+def _cpu_offload_problems(spec: JobSpec) -> list[Problem]:
+    """FSDP2 offloads the sharded states to pinned host memory, and pinning needs a GPU: on a CPU
+    instance the script fails in fully_shard, after the instances are billed."""
+    cpu_only = [name for name in spec.capacity_options if (instance := lookup(name)) is not None and instance.kind != "gpu"]
+    if not cpu_only:
+        return []
+    return [
+        Problem(
+            "hyperparameters.cpu_offload",
+            True,
+            f"FSDP2 offloads to pinned host memory, which needs a GPU; {', '.join(cpu_only)} has none",
+            "set cpu_offload false, or choose GPU instances",
+        )
+    ]
 
 
 def _hf_seq_len_problems(spec: JobSpec, model: str, seq_len: int) -> list[Problem]:
@@ -83,7 +103,8 @@ def _hf_seq_len_problems(spec: JobSpec, model: str, seq_len: int) -> list[Proble
 
 def _model_channel_problems(spec: JobSpec, model: str) -> list[Problem]:
     """An `hf:` model read from an input channel needs that channel, whole on every host: every rank
-    loads the same weights (ShardedByS3Key would give each host part of the files)."""
+    loads the same weights (FSDP2: rank 0 alone, wherever it runs; ShardedByS3Key would give each
+    host part of the files)."""
     if not is_hf_model(model) or not hf_source(model).startswith(f"{INPUT_DATA_ROOT}/"):
         return []
     name = hf_source(model).removeprefix(f"{INPUT_DATA_ROOT}/").split("/", 1)[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.core.specs import DDP
+from tests.core.specs import DDP, FSDP
 from trainstack.preflight import rule_problems
 from trainstack.spec import parse_spec
 
@@ -94,3 +94,19 @@ def test_a_hugging_face_model_must_train_at_the_sequence_length_it_is_planned_fo
         "set the hyperparameter seq_len to 2048, or model.seq_len to the length you train at"
     ]
     assert problems(hyperparameters={**hyperparameters, "seq_len": 2048}, model=shape) == []
+
+
+@pytest.mark.parametrize(("instance_type", "refused"), [("ml.c5.18xlarge", True), ("ml.p5e.48xlarge", False)])
+def test_offloading_to_the_host_is_refused_on_an_instance_without_a_gpu(instance_type, refused):
+    hyperparameters = {**FSDP["hyperparameters"], "cpu_offload": True}
+    offloading = {**FSDP, "spot": {"enabled": False}, "warm_pool": None, "instance_type": instance_type}
+    offloading["hyperparameters"] = hyperparameters
+    found = [str(p) for p in rule_problems(parse_spec(offloading))]
+    assert found == (
+        [
+            f"hyperparameters.cpu_offload = true: FSDP2 offloads to pinned host memory, which needs a GPU; {instance_type} "
+            "has none; set cpu_offload false, or choose GPU instances"
+        ]
+        if refused
+        else []
+    )
