@@ -261,20 +261,17 @@ def _function_log(function_name: str, text: str, region: str) -> None:
 
 @contextmanager
 def _function_environment(variables: dict[str, str]) -> Iterator[None]:
-    """The function's configured environment for the call, as Lambda provides it. Only its own
-    variables are set and restored: twin threads read the environment (credentials) at any
-    moment, so it must never be cleared."""
+    """The function's configured environment for the call, as Lambda provides it. Variables are
+    set, never deleted, while threads run: twin threads and moto's workers read the environment at
+    any moment (botocore's proxy lookup iterates it whenever a client is made), and a key deleted
+    during that iteration raises KeyError there, failing whatever task made the client. Every
+    function of the stack has the same variables, so none sees another's; `local_aws` restores
+    them once the twin stops."""
     from trainstack.handlers.environment import use_client_factory
 
-    previous = {key: os.environ.get(key) for key in variables}
     os.environ.update(variables)
     use_client_factory(None)  # the handlers cache their environment per process, like a warm Lambda
     try:
         yield
     finally:
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         use_client_factory(None)

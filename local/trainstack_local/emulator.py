@@ -93,14 +93,29 @@ def local_aws(
         moto_bridges(twin, REGION, ACCOUNT, faults := ApiFaults()),
     ):
         stack = LocalStack(faults=faults)
+        before: dict[str, str | None] = {}
         try:
-            _create_resources(template, stack, files, first_poll_seconds)
+            variables = _create_resources(template, stack, files, first_poll_seconds)
+            before = {key: os.environ.get(key) for key in variables}  # the functions set them (bridges.py)
             yield stack, twin
         finally:
             twin.close()
+            _restore_environment(before)
 
 
-def _create_resources(template: dict[str, Any], stack: LocalStack, files: TrainingFiles, first_poll_seconds: int) -> None:
+def _restore_environment(before: dict[str, str | None]) -> None:
+    """Put back what the emulated functions' variables replaced, once the twin has stopped."""
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _create_resources(
+    template: dict[str, Any], stack: LocalStack, files: TrainingFiles, first_poll_seconds: int
+) -> dict[str, str]:
+    """The stack's runtime resources in moto; returns the environment variables its functions share."""
     s3 = boto3.client("s3", region_name=REGION)
     for bucket in (stack.trigger_bucket, stack.artifacts_bucket, stack.assets_bucket):
         s3.create_bucket(Bucket=bucket)
@@ -185,6 +200,7 @@ def _create_resources(template: dict[str, Any], stack: LocalStack, files: Traini
             pattern = pattern.replace(reference, value)
         events.put_rule(Name=logical_id, EventPattern=pattern)
         events.put_targets(Rule=logical_id, Targets=targets)
+    return environment
 
 
 def _resolve_target(arn: Any, function_arns: dict[str, str], state_machine_id: str, state_machine_arn: str) -> str | None:
