@@ -77,12 +77,13 @@ class HFCausalLM(nn.Module):
         transformers = _transformers()
         path = resolve(name)
         options = {"dtype": torch.float32, "attn_implementation": "sdpa"}  # fp32 master weights; autocast computes
-        if path.is_dir() and not any(path.glob("*.safetensors")) and any(path.glob(PICKLED_WEIGHTS)):
+        has_weights = path.is_dir() and any(path.glob("*.safetensors"))
+        if path.is_dir() and not has_weights and any(path.glob(PICKLED_WEIGHTS)):
             raise ConfigError(
                 f"hyperparameter 'model' = {name!r}: {path} holds {PICKLED_WEIGHTS} weights (pickles) but no *.safetensors; "
                 "convert them once with save_pretrained(folder) (safetensors is its default) and give that folder"
             )
-        if read_weights and path.is_dir() and any(path.glob("*.safetensors")):
+        if read_weights and has_weights:
             self.hf = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **options)
             self.source = f"weights from {path}"
         else:
