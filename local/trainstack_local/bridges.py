@@ -43,7 +43,9 @@ from botocore.exceptions import ClientError
 from trainstack_local.registry import ImageNotFoundError
 from trainstack_local.sagemaker_twin import SageMakerTwin
 
-_INVOKE_LOCK = threading.Lock()  # one handler at a time: each sees only its own environment
+# One handler at a time: redirect_stdout is process-wide, so each function's log holds only its own
+# output, and each call starts from fresh clients and a fresh read of its environment.
+_INVOKE_LOCK = threading.Lock()
 
 
 class ApiFaults:
