@@ -138,7 +138,7 @@ class Checkpointer:
 
     def load(self, step: int, state: TrainingState, zero1_optimizer: torch.optim.Optimizer | None = None) -> Path:
         path = self.path(step)
-        dcp.load({"training": state}, checkpoint_id=str(path))
+        dcp.load({"training": state}, storage_reader=dcp.FileSystemReader(path))
         if zero1_optimizer is not None:
             zero1_optimizer.load_state_dict(torch.load(path / ZERO1_OPTIMIZER, weights_only=False))
         return path
@@ -152,7 +152,8 @@ class Checkpointer:
             shutil.rmtree(path, ignore_errors=True)
             path.mkdir(parents=True, exist_ok=True)
         barrier(self.context)
-        dcp.save({"training": state}, checkpoint_id=str(path))
+        # storage_writer/storage_reader rather than checkpoint_id: torch 2.2's DCP knows only these.
+        dcp.save({"training": state}, storage_writer=dcp.FileSystemWriter(path))
         if zero1_optimizer is not None:
             _save_zero1(zero1_optimizer, path, self.context)
         barrier(self.context)  # every rank's files are written before any node lists them

@@ -152,7 +152,9 @@ def init_distributed(config: TrainConfig) -> DistContext:
         backend = "smddp"
     else:
         backend = "nccl" if device.type == "cuda" else "gloo"
-    if launch.world_size > 1 and not dist.is_initialized():
+    if launch.world_size == 1 and dcp_needs_process_group() and not dist.is_initialized():
+        dist.init_process_group(backend="gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    elif launch.world_size > 1 and not dist.is_initialized():
         check_efa = transport.check_required(
             config.require_efa_transport, backend, launch.world_size, launch.local_world_size, os.environ
         )
@@ -174,6 +176,23 @@ def init_distributed(config: TrainConfig) -> DistContext:
         local_world_size=launch.local_world_size,
         host=os.environ.get("SM_CURRENT_HOST") or socket.gethostname(),
     )
+
+
+def dcp_needs_process_group() -> bool:
+    """torch 2.2's distributed checkpoint gathers keys over the default process group even for one
+    process (its `load` ignores `no_dist`); from torch 2.3 it runs without one and drops `no_dist`.
+    A one-process run on 2.2 therefore gets a one-rank gloo group of its own."""
+    import inspect
+
+    import torch.distributed.checkpoint as dcp
+
+    return "no_dist" in inspect.signature(dcp.save).parameters
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def seed_step(seed: int, step: int, context: DistContext) -> None:

@@ -8,6 +8,7 @@ a guessed peak gives a wrong number, which is worse than none.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import torch
@@ -89,6 +90,16 @@ class Throughput:
             values["mfu"] = rate * self.flops_per_token / (self.peak * self.world_size)
         self._start, self._units, self._steps = time.perf_counter(), 0, 0
         return values
+
+
+def open_tensorboard(directory: str) -> TensorBoardSink | None:
+    """TensorBoard event files in `directory`, or None with one warning where the image has no
+    tensorboard package (the PyTorch 2.1.0 training image has none): the run goes on without them."""
+    try:
+        return TensorBoardSink(directory)
+    except ImportError as error:
+        logging.getLogger("trainstack").warning("no TensorBoard files: this image lacks the tensorboard package (%s)", error)
+        return None
 
 
 class TensorBoardSink:

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import logging
 import math
+import platform
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,12 @@ from trainstack_training.health import (
     layer_tensors,
 )
 from trainstack_training.health_rules import CHECKPOINT_AND_STOP
-from trainstack_training.metrics import TensorBoardSink, Throughput, format_line, peak_flops
+from trainstack_training.metrics import Throughput, format_line, open_tensorboard, peak_flops
 from trainstack_training.model_sizes import GPT_SIZES, is_hf_model, is_language_model
 from trainstack_training.models import build_model, save_model
 from trainstack_training.models.hf import HFCausalLM
 from trainstack_training.precision import autocast, grad_scaler
+from trainstack_training.runtime_requirements import unmet_by_torch
 from trainstack_training.strategies import builds_on_meta, parallelize
 from trainstack_training.watchdog import Point, Watchdog
 
@@ -45,6 +47,7 @@ ADAMW_BETAS = (0.9, 0.95)
 
 def run(config: TrainConfig) -> str:
     """Train until max_steps (returns "completed") or a stop request (returns "stopped")."""
+    _require_runtime(config)
     # Before the process group: the rendezvous and NCCL's first communicator are where jobs hang.
     watchdog = Watchdog(config, distributed.read_launch()).start()
     try:
@@ -61,7 +64,21 @@ def run(config: TrainConfig) -> str:
         watchdog.stop()
 
 
+def _require_runtime(config: TrainConfig) -> None:
+    """Fail at once, naming the fix, on an image whose torch lacks what this job needs (Validate
+    refuses such framework images before launch; your own `image` it cannot see)."""
+    unmet = unmet_by_torch(torch.__version__, config.strategy, config.model)
+    if unmet:
+        need = unmet[0]
+        raise ConfigError(
+            f"{need.what} needs torch {need.torch} or newer ({need.why}); this image has torch {torch.__version__}: "
+            f"use a framework_version of at least {need.torch}"
+        )
+
+
 def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watchdog) -> str:
+    if context.is_node_main:  # each host's log says what it runs on
+        log.info("%s: runtime torch %s, Python %s", context.node_name, torch.__version__, platform.python_version())
     if context.is_main:
         log.info("config %s", config.to_json())
     torch.manual_seed(config.seed)  # the same initial weights on every rank that builds them
@@ -100,7 +117,7 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
             context.node_name, dataset.name, len(dataset), readers, config.data_distribution,
         )  # fmt: skip
     progress = Progress(data_set=dataset.name, data=DataPosition(readers=readers, batch=plan.global_batch))
-    state = TrainingState(parallel.module, optimizer, scheduler, progress, optimizer_in_dcp=not zero1)
+    state = TrainingState(parallel.checkpointed, optimizer, scheduler, progress, optimizer_in_dcp=not zero1)
     checkpointer = Checkpointer(config.checkpoint_dir, config.keep_checkpoints, context)
     _resume(checkpointer, state, optimizer if zero1 else None, context, leads_data_set=reader == 0)
 
@@ -109,7 +126,7 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
     vote = distributed.StopVote(context)
     throughput = Throughput(flops_per_token, peak_flops(context.device, config.precision), context.world_size)
     job_batch = config.micro_batch_size * config.grad_accum * context.world_size  # examples per step, all nodes
-    tensorboard = TensorBoardSink(config.tensorboard_dir) if config.tensorboard_dir and context.is_main else None
+    tensorboard = open_tensorboard(config.tensorboard_dir) if config.tensorboard_dir and context.is_main else None
     hang_at = injected_hang(context.rank)
     nan_at = injected_nan(context.rank)
     health = HealthMonitor(config.health_rules, fp16=config.precision == "fp16")

@@ -23,4 +23,4 @@ def apply(model: nn.Module, config: TrainConfig, context: DistContext) -> Parall
         gradient_as_bucket_view=config.gradient_as_bucket_view,
         static_graph=config.static_graph,
     )
-    return Parallelized(module=wrapped, model=model, no_sync=wrapped.no_sync)
+    return Parallelized(module=wrapped, model=model, no_sync=wrapped.no_sync, replicated=True)
