@@ -24,6 +24,28 @@ InstanceKind = Literal["cpu", "gpu", "trn"]
 
 
 @dataclass(frozen=True)
+class Runtime:
+    """What a framework image runs a script on: its torch, its Python and the packages the built-in
+    script may import (tools/facts/hand_facts.py says where each was read)."""
+
+    torch: str
+    python: str  # "3.11"
+    packages: Mapping[str, bool | str | None]  # True/False installed or not, None unknown; transformers: its version
+
+    def has(self, package: str) -> bool | None:
+        """Whether the image installs `package`: True, False, or None where no source says."""
+        value = self.packages.get(package)
+        return None if value is None else value is not False
+
+    @property
+    def numpy_major(self) -> str:
+        return str(self.packages.get("numpy") or "")
+
+    def describe(self) -> str:
+        return f"torch {self.torch}, Python {self.python}"
+
+
+@dataclass(frozen=True)
 class ImageVersion:
     """One framework version of one image family."""
 
@@ -33,6 +55,7 @@ class ImageVersion:
     suffix: str  # what the tag carries after the Python version (SMP's CUDA, Neuron's SDK/OS), or ""
     suffix_by_instance: Mapping[str, str]  # instance types whose suffix differs (SMP 2.0.1 on p5: cu121)
     sdk_major: int  # 2: in SDK 2.x's table; 3: only SDK 3.x's table lists it
+    runtime: Runtime
 
 
 @dataclass(frozen=True)
@@ -133,6 +156,7 @@ def _table(kind: ImageKind, table: dict[str, Any], registries: list[dict[str, st
             suffix=entry.get("suffix", ""),
             suffix_by_instance=entry.get("suffix_by_instance", {}),
             sdk_major=entry["sdk"],
+            runtime=Runtime(entry["runtime"]["torch"], entry["runtime"]["python"], entry["runtime"]["packages"]),
         )
         for version, entry in sorted(table["versions"].items(), key=lambda item: version_key(item[0]))
     }

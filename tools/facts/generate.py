@@ -136,6 +136,7 @@ def dlc_table(registries: Registries) -> dict[str, Any]:
             "py": py_versions,
             "registries": registries.index(registry),
             "sdk": 2 if version in sdk2["versions"] else 3,
+            "runtime": hand_facts.image_runtime("dlc", version, py_versions),
         }
         repositories.update(entry["repository"] for entry in entries)
     aliases = {**sdk2["version_aliases"], **sdk3["version_aliases"]}
@@ -179,6 +180,7 @@ def smp_table(registries: Registries, gpu_types: list[str]) -> dict[str, Any]:
             "suffix": common,
             "suffix_by_instance": {t: s for t, s in sorted(suffixes.items()) if s != common},
             "sdk": 2,
+            "runtime": hand_facts.image_runtime("smp", version, entry["py_versions"]),
         }
     short_aliases = {
         alias: full
@@ -217,6 +219,7 @@ def neuron_table(registries: Registries) -> dict[str, Any]:
             "registries": registries.index(entry["registries"]),
             "suffix": uri.rsplit(":", 1)[1].removeprefix(f"{version}-neuron-{py_version}-"),
             "sdk": 2,
+            "runtime": hand_facts.image_runtime("neuron", version, entry["py_versions"]),
         }
     return {
         "repository": _one({e["repository"] for e in config["versions"].values()}),

@@ -240,3 +240,55 @@ def planner_figures(name: str, family: str) -> dict[str, float | str]:
     if name in EC2_ON_DEMAND:
         figures["price_per_hour"] = round(EC2_ON_DEMAND[name] * SAGEMAKER_PREMIUM, 4)
     return figures
+
+
+# ---- What each framework image installs beside torch (the built-in script's runtime) ----
+
+# The packages the built-in script imports or may import, per image, where no maintained source
+# can be read at build time. Each image's torch is its PyTorch version and its Python is the tag's
+# py version (the SDK's tables); these are the rest. Sources, read November 2026:
+# aws/deep-learning-containers (branch master, commit f06ada0e08ec): pytorch/training/buildspec-<X>-<Y>-sm.yml,
+# the SageMaker stage of pytorch/training/docker/<X.Y>/py3/<cuXXX>/Dockerfile.gpu and
+# Dockerfile.sagemaker.gpu.core_packages.json; for SMP v2 images the "Release notes for the SageMaker
+# model parallelism library" and the SDK's pytorch-smp.json. tensorboard arrives in the DLCs from
+# 2.2 on as a dependency of torchtnt; safetensors with accelerate >= 0.25. Values: True (installed),
+# False (not installed), None (no source says). numpy is the major version: "1" or "2"; where the
+# DLC leaves numpy unpinned the major is what its other pins imply (2.6.0: 1.26; 2.7.1 on: 2.x),
+# not checked in a running image. transformers is False, None or the version the image installs.
+IMAGE_PACKAGES: dict[str, dict[str, dict[str, bool | str | None]]] = {
+    "dlc": {
+        "1.13.1": {"tensorboard": None, "transformers": False, "numpy": "1", "safetensors": None},
+        "2.0.0": {"tensorboard": None, "transformers": False, "numpy": "1", "safetensors": None},
+        # The cu118 image has no tensorboard, the cu121 one has it: the SDK's tag names neither, so no.
+        "2.0.1": {"tensorboard": False, "transformers": False, "numpy": "1", "safetensors": False},
+        "2.1.0": {"tensorboard": False, "transformers": False, "numpy": "1", "safetensors": False},
+        "2.2.0": {"tensorboard": True, "transformers": False, "numpy": "1", "safetensors": False},
+        "2.3.0": {"tensorboard": True, "transformers": False, "numpy": "1", "safetensors": True},
+        "2.4.0": {"tensorboard": True, "transformers": False, "numpy": "1", "safetensors": True},
+        "2.5.1": {"tensorboard": True, "transformers": False, "numpy": "1", "safetensors": True},
+        "2.6.0": {"tensorboard": True, "transformers": False, "numpy": "1", "safetensors": True},
+        "2.7.1": {"tensorboard": True, "transformers": False, "numpy": "2", "safetensors": True},
+        "2.8.0": {"tensorboard": True, "transformers": False, "numpy": "2", "safetensors": True},
+        "2.9.0": {"tensorboard": True, "transformers": False, "numpy": "2", "safetensors": True},
+        "2.10.0": {"tensorboard": True, "transformers": False, "numpy": "2", "safetensors": True},
+    },
+    # The release notes give transformers per image (2.0.1's is unverified); they do not say whether
+    # SMP images carry tensorboard, and their numpy is taken as the DLC's of the same torch line.
+    "smp": {
+        "2.0.1": {"tensorboard": None, "transformers": None, "numpy": "1", "safetensors": None},
+        "2.1.2": {"tensorboard": None, "transformers": "4.37.1", "numpy": "1", "safetensors": None},
+        "2.2.0": {"tensorboard": None, "transformers": "4.37.1", "numpy": "1", "safetensors": None},
+        "2.3.1": {"tensorboard": None, "transformers": "4.40.1", "numpy": "1", "safetensors": None},
+        "2.4.1": {"tensorboard": None, "transformers": "4.44.2", "numpy": "1", "safetensors": None},
+        "2.5.1": {"tensorboard": None, "transformers": "4.44.2", "numpy": "1", "safetensors": None},
+    },
+}
+
+
+def image_runtime(kind: str, version: str, py_versions: list[str]) -> dict[str, object]:
+    """The torch, Python and packages of one framework image. Neuron images run torch-neuronx, which
+    the built-in script does not use: their packages are not listed."""
+    if kind in IMAGE_PACKAGES and version not in IMAGE_PACKAGES[kind]:
+        raise SystemExit(f"hand_facts.IMAGE_PACKAGES lacks the {kind} image for PyTorch {version}: read its packages, add them")
+    python = max(py_versions, key=lambda py: int(py.removeprefix("py"))).removeprefix("py")
+    return {"torch": version, "python": f"{python[0]}.{python[1:]}", "packages": IMAGE_PACKAGES.get(kind, {}).get(version, {})}
