@@ -25,7 +25,7 @@ PLATFORM = "manylinux2014_x86_64"
 PROVIDED_BY_RUNTIME = ("boto3", "botocore")  # the Lambda Python runtime ships these
 # The built-in training script's torch-free contract, which Validate parses hyperparameters and
 # plans models with (trainstack.builtin_script, trainstack.planner): the same files the job runs.
-SCRIPT_CONTRACT = ("__init__.py", "config.py", "health_rules.py", "model_sizes.py")
+SCRIPT_CONTRACT = ("__init__.py", "config.py", "health_rules.py", "model_sizes.py", "runtime_requirements.py")
 
 
 def lambda_requirements() -> list[str]:

@@ -8,21 +8,26 @@ the core in the Lambda asset), so the check and the script can never disagree.
 
 from __future__ import annotations
 
+from trainstack import facts, images
 from trainstack.entrypoint import INPUT_DATA_ROOT
+from trainstack.facts import ImageKind, Runtime
 from trainstack.instances import lookup
 from trainstack.planner.workload import builtin_config
-from trainstack.rules import Problem
+from trainstack.rules import Plan, Problem
 from trainstack.spec import JobSpec
 from trainstack.workflow import trials
 from trainstack_training.config import ConfigError
 from trainstack_training.model_sizes import hf_source, is_hf_model
+from trainstack_training.runtime_requirements import Need, meets, needs
 
 # The script reads its data as files: a Pipe channel is a FIFO of concatenated records it cannot parse.
 READABLE_MODES = ("File", "FastFile")
 
 
-def contract_problems(spec: JobSpec, strategy: str) -> list[Problem]:
-    """Every way the built-in script would refuse this spec once its instances are up."""
+def contract_problems(spec: JobSpec, resolution: Plan) -> list[Problem]:
+    """Every way the built-in script would refuse this spec once its instances are up, its image's
+    runtime included."""
+    strategy = resolution.strategy
     if not spec.uses_builtin_script:
         if spec.health is not None:
             return [
@@ -62,10 +67,70 @@ def contract_problems(spec: JobSpec, strategy: str) -> list[Problem]:
             problems.append(Problem(where, None, str(error), "see the hyperparameters the built-in script takes in the README"))
             continue
         if (config.model, config.seq_len) not in models:  # a sweep over other hyperparameters repeats them
+            if config.model not in {model for model, _ in models}:
+                problems += _runtime_problems(spec, resolution, config.model)
             models.add((config.model, config.seq_len))
             problems += _hf_seq_len_problems(spec, config.model, config.seq_len) + _model_channel_problems(spec, config.model)
         offloads = offloads or config.cpu_offload
     return problems + (_cpu_offload_problems(spec) if offloads else [])
+
+
+def _runtime_problems(spec: JobSpec, resolution: Plan, model: str) -> list[Problem]:
+    """The framework image's torch and packages against what the script needs for this strategy and
+    model (trainstack_training.runtime_requirements): a job on an image that cannot run it would be
+    billed for its start-up and die at import."""
+    if resolution.framework is None:  # your own image (not seen here), or no version: other rules speak
+        return []
+    kind, version = resolution.image_kind, resolution.framework.version
+    runtime = facts.image_version(kind, version).runtime
+    problems = []
+    for need in needs(resolution.strategy, model):
+        if need.package and not _has(runtime, need):
+            problems.append(
+                Problem(
+                    "hyperparameters.model" if need.what.startswith("model") else "image",
+                    model,
+                    f"{need.why}; the {images.repository(kind)} image for PyTorch {version} has none",
+                    "build the project image with `make image SPEC=<this spec>` (it installs the pinned transformers) "
+                    "and set image to its URI",
+                )
+            )
+        elif not meets(runtime.torch, need):
+            problems.append(
+                Problem(
+                    "framework_version",
+                    spec.framework_version or version,
+                    f"{need.what} needs torch {need.torch} or newer ({need.why}); "
+                    f"the {images.repository(kind)} image for PyTorch {version} has torch {runtime.torch}",
+                    _version_fix(resolution, model),
+                )
+            )
+    return problems
+
+
+def _has(runtime: Runtime, need: Need) -> bool:
+    installed = runtime.packages.get(need.package)
+    if not need.package_major:
+        return bool(installed)
+    return isinstance(installed, str) and int(installed.split(".")[0]) >= need.package_major
+
+
+def runnable_versions(kind: ImageKind, launchers: frozenset[str], strategy: str, model: str) -> list[str]:
+    """The versions the launchers take whose image's torch runs the built-in script for this
+    strategy and model, oldest first (what the tests run each strategy on: the first and the last)."""
+    return [
+        version
+        for version in images.supported_versions(kind, launchers)
+        if all(meets(facts.image_version(kind, version).runtime.torch, need) for need in needs(strategy, model))
+    ]
+
+
+def _version_fix(resolution: Plan, model: str) -> str:
+    """The oldest version the launcher takes whose image runs the script for this job."""
+    runnable = runnable_versions(resolution.image_kind, resolution.launchers, resolution.strategy, model)
+    if not runnable:
+        return f"no {images.repository(resolution.image_kind)} image this launcher takes runs it: choose another strategy"
+    return f"use framework_version {runnable[0]} or newer ({', '.join(runnable)}), or leave it out for {runnable[-1]}"
 
 
 def _cpu_offload_problems(spec: JobSpec) -> list[Problem]:

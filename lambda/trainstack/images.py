@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from trainstack import facts
-from trainstack.facts import ImageKind, Instance, version_key
+from trainstack.facts import ImageKind, ImageVersion, Instance, version_key
 
 # The launchers a `distribution` enables, named as the SDK's lists name them.
 TORCH_DISTRIBUTED = "torch_distributed"
@@ -61,10 +61,16 @@ def processor(kind: ImageKind, instance: Instance) -> str:
 def is_framework_image(uri: str) -> bool:
     """Whether `uri` is a framework image the facts file lists, in the region and account it names
     (for emulating SageMaker's pull, which fails on anything else)."""
+    return framework_image_version(uri) is not None
+
+
+def framework_image_version(uri: str) -> ImageVersion | None:
+    """The facts of the framework image `uri` names (its runtime among them), or None when the facts
+    file lists no such image in that region and account."""
     match = IMAGE_URI.match(uri)
     partition = facts.partition(match["region"]) if match else None
     if match is None or partition is None or facts.load().partitions[partition] != match["suffix"]:
-        return False
+        return None
     for kind, table in facts.load().images.items():
         if table.repository != match["repository"]:
             continue
@@ -79,8 +85,8 @@ def is_framework_image(uri: str) -> bool:
                 for suffix in suffixes
             }
             if match["tag"] in tags:
-                return True
-    return False
+                return entry
+    return None
 
 
 def supported_versions(kind: ImageKind, launchers: frozenset[str]) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ def rule_problems(spec: JobSpec, count_objects: Callable[[str], int] | None = No
     problems = check(spec, count_objects, region)
     if problems:
         return problems
-    return contract_problems(spec, resolve(spec).strategy)
+    return contract_problems(spec, resolve(spec))
 
 
 def preflight(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> Preflight:

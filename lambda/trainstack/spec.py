@@ -226,8 +226,10 @@ class JobSpec(_Strict):
 
     @property
     def uses_builtin_script(self) -> bool:
-        """trainstack's own training code runs: no image of the user's, no source_dir."""
-        return self.image is None and self.source_dir is None
+        """trainstack's own training code runs: the stack's training/ source (no source_dir), on a
+        framework image or on an image of your own (the project image from `make image`); its
+        contract is checked either way, the image's runtime only where the facts know it."""
+        return self.source_dir is None
 
 
 def load_spec(text: str, source: str = "spec") -> JobSpec:

@@ -29,7 +29,7 @@ DDP = {
     "warm_pool": "30m",
     "max_runtime": "24h",
 }
-FSDP = {**DDP, "distribution": None, "strategy": "fsdp", "instance_type": "ml.p5e.48xlarge"}
+FSDP = {**DDP, "distribution": None, "strategy": "fsdp", "instance_type": "ml.p5e.48xlarge", "framework_version": "2.6.0"}
 SMDDP = {**DDP, "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}}, "framework_version": "2.2.0"}
 SMP = {
     **DDP,
@@ -41,4 +41,6 @@ SMP = {
         },
     },
 }
+# The project image (`make image`): the built-in script on an image of the user's, with transformers.
+PROJECT_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainstack-training:latest"
 SPECS = {"ddp": DDP, "fsdp": FSDP, "smddp": SMDDP, "smp": SMP}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.core.specs import DDP, FSDP
+from tests.core.specs import DDP, FSDP, PROJECT_IMAGE
 from trainstack.instances import CATALOG
 from trainstack.planner.speed import ASSUMED_MFU
 from trainstack.preflight import preflight
@@ -107,8 +107,8 @@ def test_a_budget_above_the_worst_case_passes():
 def test_every_capacity_option_is_planned_and_one_that_would_oom_is_refused():
     hyperparameters = {"model": "gpt-7b", "micro_batch_size": 4, "precision": "bf16"}
     data = spec(
-        strategy="fsdp", distribution=None, instance_count=1, hyperparameters=hyperparameters, instance_type=None,
-        instance_types=["ml.p4de.24xlarge", "ml.p4d.24xlarge"],
+        strategy="fsdp", distribution=None, framework_version="2.6.0", instance_count=1, hyperparameters=hyperparameters,
+        instance_type=None, instance_types=["ml.p4de.24xlarge", "ml.p4d.24xlarge"],
     )  # fmt: skip
     plan = plan_of(data)
     assert [o.fits for o in plan.options] == [True, False]
@@ -185,7 +185,7 @@ LLAMA_1B = {"layers": 22, "hidden": 2048, "heads": 32, "kv_heads": 4, "vocab": 3
 
 
 def test_a_hugging_face_model_without_its_shape_launches_unplanned_naming_the_fields():
-    checked = preflight(parse_spec(spec(hyperparameters={"model": HF_LLAMA})))
+    checked = preflight(parse_spec(spec(hyperparameters={"model": HF_LLAMA}, image=PROJECT_IMAGE)))
     (option,) = checked.plan.options
     assert option.memory is None and option.note.startswith(f"model: state the shape of {HF_LLAMA} (layers, hidden")
     assert checked.plan.launchable
@@ -193,6 +193,6 @@ def test_a_hugging_face_model_without_its_shape_launches_unplanned_naming_the_fi
 
 def test_a_hugging_face_model_is_planned_from_the_specs_shape_and_the_scripts_batch():
     hyperparameters = {"model": HF_LLAMA, "seq_len": 2048, "micro_batch_size": 3, "precision": "bf16"}
-    plan = plan_of(spec(hyperparameters=hyperparameters, model=LLAMA_1B))
+    plan = plan_of(spec(hyperparameters=hyperparameters, model=LLAMA_1B, image=PROJECT_IMAGE))
     assert (plan.workload.model, plan.workload.seq_len, plan.workload.micro_batch_size) == (HF_LLAMA, 2048, 3)
     assert plan.workload.architecture.layers == 22 and plan.options[0].memory is not None

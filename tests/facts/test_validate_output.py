@@ -7,9 +7,9 @@ from trainstack_cli.main import main
 
 def test_validate_shows_the_version_an_alias_resolves_to(tmp_path, capsys):
     spec = tmp_path / "job.yaml"
-    spec.write_text('name: alias\ninstance_type: ml.p4d.24xlarge\nframework_version: "2.1"\n')
+    spec.write_text('name: alias\ninstance_type: ml.p4d.24xlarge\nframework_version: "2.2"\n')
     assert main(["validate", str(spec)]) == 0
-    assert f'{spec}: PyTorch 2.1.0 (the SDK\'s alias "2.1"), py310, image pytorch-training' in capsys.readouterr().out
+    assert f'{spec}: PyTorch 2.2.0 (the SDK\'s alias "2.2"), py310, image pytorch-training' in capsys.readouterr().out
 
 
 def test_validate_with_a_region_refuses_smp_where_its_image_does_not_exist(tmp_path, capsys):
