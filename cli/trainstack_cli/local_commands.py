@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
         for trial in view.trials:
             loss = trial.metrics.get("train:loss")
             console.print(f"  job {trial.job_name}: {trial.status}; final loss {'-' if loss is None else f'{loss:.4f}'}")
+            job = twin.runs.get(trial.job_name)
+            if job is not None and job.runtime is not None:  # the image's software it ran on
+                console.print(f"  runtime: {job.runtime.describe()}")
             if trial.model_artifacts:
                 local = _copy_model(stack, trial.model_artifacts, args.output_dir / trial.job_name)
                 console.print(f"  model: {local}")

@@ -10,7 +10,7 @@ distributed training, and what this module reproduces with Linux namespaces (roo
   process only, and the kernel drops SIGTERM for a PID 1 without a handler, exactly as in a
   container; when PID 1 exits, everything else in the container is killed;
 - a mount namespace in which the host's own directory is `/opt/ml`.
-The image itself is not reproduced: the container sees this machine's file system and Python.
+The image's software is its own (runtimes.py): the container runs the image's torch and Python.
 """
 
 from __future__ import annotations

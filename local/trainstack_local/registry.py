@@ -4,23 +4,28 @@ SageMaker pulls a job's image from ECR in the job's region; a framework image ex
 the SageMaker SDK's tables say it does (trainstack.facts), and a project image only where it was
 pushed. The twin refuses a request whose image does not exist in its region, and knows what each
 image runs: its entry (ENTRYPOINT plus the `train` argument SageMaker passes), its environment,
-and the programs it has that this machine lacks.
+the programs it has that this machine lacks, and its software (torch, Python, packages), which the
+twin provides as an environment of its own (runtimes.py) when a job on it starts.
 """
 
 from __future__ import annotations
 
 import json
-import sys
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainstack import facts, images
 from trainstack.entrypoint import FRAMEWORK_IMAGE_ENTRY
-from trainstack.images import is_framework_image
+from trainstack.facts import Runtime
+from trainstack.images import TORCH_DISTRIBUTED
 
 IMAGES = Path(__file__).resolve().parent / "images"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The PyTorch framework images set this, so their toolkit's `train` runs the PyTorch container's trainer.
 PYTORCH_TRAINING_MODULE = "sagemaker_pytorch_container.training:main"
+# `RUN pip install ... -r FILE` in a Dockerfile: the packages an image adds at build time.
+REQUIREMENTS_FILE = re.compile(r"pip install\b.*\s-r\s+(?P<file>\S+)$")
 
 
 class ImageNotFoundError(ValueError):
@@ -30,21 +35,19 @@ class ImageNotFoundError(ValueError):
 @dataclass(frozen=True)
 class TwinImage:
     entry: tuple[str, ...]
-    environment: dict[str, str] = field(default_factory=dict)
+    runtime: Runtime  # the image's torch, Python and packages
+    extra_packages: tuple[str, ...] = ()  # pip requirements the image installs on top (a project image's pins)
+    environment: dict[str, str] = field(default_factory=dict)  # PATH: the runtime's bin goes in front of it
     programs: dict[str, str] = field(default_factory=dict)  # executable name -> its text, put on PATH
 
 
-def python_path() -> str:
-    """This machine's Python environment stands in for the image's (torch, the toolkit, torchrun)."""
-    return f"{Path(sys.executable).parent}:{SYSTEM_PATH}"
-
-
-def framework_image() -> TwinImage:
+def framework_image(runtime: Runtime) -> TwinImage:
     """A SageMaker PyTorch training image: the toolkit's `train` under the image's entry script."""
     return TwinImage(
         entry=FRAMEWORK_IMAGE_ENTRY,
+        runtime=runtime,
         environment={
-            "PATH": python_path(),
+            "PATH": SYSTEM_PATH,
             "HOME": "/root",
             "LANG": "C.UTF-8",
             "SAGEMAKER_TRAINING_MODULE": PYTORCH_TRAINING_MODULE,
@@ -54,10 +57,14 @@ def framework_image() -> TwinImage:
 
 
 def project_image(dockerfile: Path) -> TwinImage:
-    """The project's own image as its Dockerfile describes it: a framework image plus what the
-    Dockerfile adds — ENV lines, and an exec-form ENTRYPOINT whose programs come from COPY lines
-    (the paths in the image stand for the files in the build context)."""
-    base = framework_image()
+    """The project's own image as its Dockerfile describes it: the framework image it builds on
+    (the stack's default base, `images.default_base_image`) plus what the Dockerfile adds — the
+    packages of its `pip install -r` files, ENV lines, and an exec-form ENTRYPOINT whose programs
+    come from COPY lines (the paths in the image stand for the files in the build context)."""
+    version = images.resolve("dlc", frozenset({TORCH_DISTRIBUTED}), None)
+    assert version is not None, "the facts file lists no PyTorch training image"
+    base = framework_image(facts.image_version("dlc", version.version).runtime)
+    packages = []
     environment, copies, entrypoint = dict(base.environment), {}, None
     for line in dockerfile.read_text().splitlines():
         instruction, _, argument = line.strip().partition(" ")
@@ -69,10 +76,18 @@ def project_image(dockerfile: Path) -> TwinImage:
             copies[destination] = str(dockerfile.resolve().parent / source)
         elif instruction == "ENTRYPOINT":
             entrypoint = json.loads(argument)
-    if entrypoint is None:
-        return TwinImage(base.entry, environment, base.programs)
+        elif instruction == "RUN" and (listed := REQUIREMENTS_FILE.search(argument)):
+            packages += _requirements(dockerfile.resolve().parent / listed["file"])
+    entry = base.entry if entrypoint is None else (*(copies.get(part, part) for part in entrypoint), "train")
     # SageMaker runs a training image with the argument `train`, appended to its ENTRYPOINT.
-    return TwinImage((*(copies.get(part, part) for part in entrypoint), "train"), environment, base.programs)
+    return TwinImage(entry, base.runtime, tuple(packages), environment, base.programs)
+
+
+def _requirements(path: Path) -> list[str]:
+    """A requirements file's requirements; one the build context lacks (the user's optional one) has none."""
+    if not path.exists():
+        return []
+    return [line.split("#", 1)[0].strip() for line in path.read_text().splitlines() if line.split("#", 1)[0].strip()]
 
 
 class ImageRegistry:
@@ -90,6 +105,7 @@ class ImageRegistry:
         host = uri.split("/", 1)[0]
         if f".dkr.ecr.{region}." not in host:
             raise ImageNotFoundError(f"image {uri} is not in an ECR registry of {region}; SageMaker pulls from the job's region")
-        if not is_framework_image(uri):
+        entry = images.framework_image_version(uri)
+        if entry is None:
             raise ImageNotFoundError(f"image {uri} does not exist in {region}")
-        return framework_image()
+        return framework_image(entry.runtime)

@@ -50,7 +50,7 @@ from trainstack import facts
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.s3uri import split_s3_uri
 from trainstack.workflow import CAPACITY_FAILURE_MARKERS
-from trainstack_local import container
+from trainstack_local import container, runtimes
 from trainstack_local.hosts import Container, JobNetwork, host_names, remove_stale_networks, require_namespaces
 from trainstack_local.registry import ImageRegistry, TwinImage
 
@@ -97,6 +97,7 @@ class JobRun:
         self.twin = twin
         self.job = job
         self.image = image
+        self.runtime: runtimes.ImageRuntime | None = None  # provided when the job first starts
         self.name: str = job.training_job_name
         self.root = twin.workdir / self.name
         self.requests = _Requests()
@@ -174,6 +175,8 @@ class JobRun:
         attempt = _Attempt(len(self.attempts), self.root / f"attempt-{len(self.attempts)}")
         self.attempts.append(attempt)
         self._status("InProgress", "Downloading", "Downloading input data")
+        # The image's software: torch, Python and packages of its own, as SageMaker pulls the image.
+        self.runtime = self.runtime or runtimes.ensure(self.image.runtime, self.image.extra_packages)
         attempt.network = network = JobNetwork(self.hosts).create()
         s3 = self.twin.s3()
         stage = self.root / "sourcedir.tar.gz"
@@ -189,6 +192,8 @@ class JobRun:
             self.job.training_start_time = _now()
         for host in self.hosts:
             root = attempt.root / host
+            with (attempt.root / f"{host}.log").open("a") as log:  # never silently on another runtime
+                log.write(f"trainstack twin: {host} runs the image's software: {self.runtime.describe()}\n")
             attempt.containers.append(
                 Container(
                     host=host,
@@ -249,7 +254,7 @@ class JobRun:
     def _environment(self, host_root: Path) -> dict[str, str]:
         environment = {
             **self.image.environment,
-            "PATH": f"{host_root / 'bin'}:{self.image.environment.get('PATH', '')}",
+            "PATH": f"{host_root / 'bin'}:{self.runtime.bin}:{self.image.environment.get('PATH', '')}",
             "OMP_NUM_THREADS": str(self.twin.settings.threads_per_process),
             "TRAINING_JOB_NAME": self.name,
             "TRAINING_JOB_ARN": self.job.arn,

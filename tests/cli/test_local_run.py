@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from trainstack import facts
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 TRAINSTACK = Path(sys.executable).parent / "trainstack"
@@ -37,4 +39,8 @@ def test_the_default_job_runs_to_a_summary_with_the_final_loss_and_the_model_on_
     (model,) = re.findall(r"model: (\S+)$", result.stdout, re.MULTILINE)
     with tarfile.open(model) as archive:
         assert "model.pt" in archive.getnames()
+    # the software of the image the default job resolves to (framework_version left out: the newest)
+    runtime = facts.image_version("dlc", facts.versions("dlc")[-1]).runtime
+    (ran_on,) = re.findall(r"runtime: (.+)$", result.stdout, re.MULTILINE)
+    assert ran_on.startswith(f"torch {runtime.torch}, Python {runtime.python}.")
     assert result.stderr == ""

@@ -95,7 +95,7 @@ def job(name: str, **overrides) -> dict:
         "name": name,
         "instance_type": "ml.g5.12xlarge",
         "strategy": "ddp",
-        "framework_version": "2.3.0",
+        "framework_version": "2.10.0",
         "hyperparameters": {"model": "gpt-tiny", "max_steps": 6, "log_every": 2, "seed": 0},
         "inputs": {"train": {"s3_uri": DATA, "mode": "File"}},
         "max_runtime": "1h",

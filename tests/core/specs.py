@@ -29,7 +29,7 @@ DDP = {
     "warm_pool": "30m",
     "max_runtime": "24h",
 }
-FSDP = {**DDP, "distribution": None, "strategy": "fsdp", "instance_type": "ml.p5e.48xlarge", "framework_version": "2.6.0"}
+FSDP = {**DDP, "distribution": None, "strategy": "fsdp", "instance_type": "ml.p5e.48xlarge", "framework_version": "2.7.1"}
 SMDDP = {**DDP, "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}}, "framework_version": "2.2.0"}
 SMP = {
     **DDP,

@@ -125,9 +125,9 @@ def test_offloading_to_the_host_is_refused_on_an_instance_without_a_gpu(instance
 
 def test_a_strategy_whose_torch_the_image_lacks_is_refused_naming_framework_version():
     assert problems(strategy="fsdp", distribution=None, framework_version="2.3.0", instance_type="ml.p5e.48xlarge") == [
-        'framework_version = "2.3.0": strategy fsdp needs torch 2.6 or newer (FSDP2\'s fully_shard is public from torch 2.6; '
-        "2.4 and 2.5 run it on CUDA only, where it is untested); the pytorch-training image for PyTorch 2.3.0 has torch "
-        "2.3.0; use framework_version 2.6.0 or newer (2.6.0, 2.7.1, 2.8.0, 2.9.0, 2.10.0), or leave it out for 2.10.0"
+        'framework_version = "2.3.0": strategy fsdp needs torch 2.7 or newer (FSDP2 runs without a GPU from torch 2.7; '
+        "from 2.4 to 2.6 it runs on CUDA only, where it is untested); the pytorch-training image for PyTorch 2.3.0 has torch "
+        "2.3.0; use framework_version 2.7.1 or newer (2.7.1, 2.8.0, 2.9.0, 2.10.0), or leave it out for 2.10.0"
     ]
 
 

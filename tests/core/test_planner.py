@@ -107,7 +107,7 @@ def test_a_budget_above_the_worst_case_passes():
 def test_every_capacity_option_is_planned_and_one_that_would_oom_is_refused():
     hyperparameters = {"model": "gpt-7b", "micro_batch_size": 4, "precision": "bf16"}
     data = spec(
-        strategy="fsdp", distribution=None, framework_version="2.6.0", instance_count=1, hyperparameters=hyperparameters,
+        strategy="fsdp", distribution=None, framework_version="2.7.1", instance_count=1, hyperparameters=hyperparameters,
         instance_type=None, instance_types=["ml.p4de.24xlarge", "ml.p4d.24xlarge"],
     )  # fmt: skip
     plan = plan_of(data)

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
+from trainstack import facts
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.stack_context import DEAD_LETTER_OUTPUT
 from trainstack.workflow import THROTTLED_RETRY
@@ -30,7 +31,7 @@ def job(**overrides) -> dict:
         "name": "e2e",
         "instance_type": "ml.g5.12xlarge",
         "strategy": "ddp",
-        "framework_version": "2.3.0",
+        "framework_version": "2.10.0",
         "hyperparameters": {"model": "gpt-tiny", "max_steps": 4, "log_every": 2},
         "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
         "max_runtime": "1h",
@@ -100,6 +101,10 @@ def test_an_uploaded_spec_runs_to_completion_and_delivers_model_checkpoints_logs
     assert re.fullmatch(rf"{name}/algo-1-\d{{10}}", stream["logStreamName"])  # as SageMaker names them
     events = logs.get_log_events(logGroupName=TRAINING_JOB_LOG_GROUP, logStreamName=stream["logStreamName"])["events"]
     assert any(e["message"].startswith("step=4 loss=") for e in events)
+    # the job ran on the software of its image, framework_version's, not on this machine's
+    image = facts.image_version("dlc", job()["framework_version"]).runtime
+    (ran_on,) = [m.groups() for e in events if (m := re.search(r"algo-1\): runtime torch (\S+), Python (\S+)$", e["message"]))]
+    assert (ran_on[0].split("+")[0], ran_on[1].rsplit(".", 1)[0]) == (image.torch, image.python)
 
 
 def test_a_redelivered_event_does_not_launch_a_second_job(pipeline):

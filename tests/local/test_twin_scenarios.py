@@ -52,7 +52,7 @@ def spec(name: str, *, instance_type: str = GPU, hosts: int = 1, **hyperparamete
         "instance_type": instance_type,
         "instance_count": hosts,
         "strategy": "ddp",
-        "framework_version": "2.3.0",
+        "framework_version": "2.10.0",
         "hyperparameters": {**HYPERPARAMETERS, **hyperparameters},
         "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
         "max_runtime": "1h",

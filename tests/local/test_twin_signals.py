@@ -43,7 +43,7 @@ def _create(stack, name: str, *, entry: bool, image: str | None = None) -> str:
         "name": name,
         "instance_type": "ml.g5.12xlarge",
         "strategy": "ddp",
-        "framework_version": "2.3.0",
+        "framework_version": "2.10.0",
         "hyperparameters": {"model": "gpt-tiny", "max_steps": 5000, "log_every": 1, "checkpoint_every": 10000},
         "inputs": {"train": {"s3_uri": f"s3://{stack.trigger_bucket}/datasets/sample/", "mode": "File"}},
         "max_runtime": "1h",

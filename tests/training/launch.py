@@ -22,24 +22,33 @@ STEP_LINE = re.compile(r"^step=(\d+) loss=([0-9.]+)")
 TIMEOUT = 240  # seconds; a hung collective must fail the test, not the CI run
 
 
-def environment(**extra: str) -> dict[str, str]:
+def environment(bin_dir: Path = BIN, **extra: str) -> dict[str, str]:
+    """The launch environment; `bin_dir` is the Python environment that runs the job (this venv, or
+    an image's runtime: tests/training/test_image_runtimes.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_"))}
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env["OMP_NUM_THREADS"] = "1"  # two ranks on two cores: no oversubscription
     env.update(extra)
     return env
 
 
-def command(args: list[str], nproc: int) -> list[str]:
+def command(args: list[str], nproc: int, bin_dir: Path = BIN) -> list[str]:
     if nproc == 0:
-        return [sys.executable, str(TRAIN), *args]
-    return [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", str(TRAIN), *args]
+        return [str(bin_dir / "python"), str(TRAIN), *args]
+    return [str(bin_dir / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", str(TRAIN), *args]
 
 
-def run(args: list[str], nproc: int = 2, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str], nproc: int = 2, env: dict[str, str] | None = None, bin_dir: Path = BIN
+) -> subprocess.CompletedProcess[str]:
     """nproc=0 runs one plain process; otherwise torchrun with that many."""
     return subprocess.run(
-        command(args, nproc), env=env or environment(), capture_output=True, text=True, timeout=TIMEOUT, check=False
+        command(args, nproc, bin_dir),
+        env=env or environment(bin_dir),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
     )
 
 
@@ -55,12 +64,12 @@ def trajectory(result: subprocess.CompletedProcess[str]) -> list[float]:
     return [by_step[step] for step in sorted(by_step)]
 
 
-def sigkill_at_step(args: list[str], step: int, nproc: int = 2) -> None:
+def sigkill_at_step(args: list[str], step: int, nproc: int = 2, bin_dir: Path = BIN) -> None:
     """Start a job and SIGKILL it and every worker once it logs `step`: no handler runs anywhere,
     like a reclaimed instance."""
     process = subprocess.Popen(
-        command(args, nproc),
-        env=environment(),
+        command(args, nproc, bin_dir),
+        env=environment(bin_dir),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -31,8 +31,8 @@ BASE = Need("the built-in script", "its checkpoints use torch.distributed.checkp
 STRATEGY_NEEDS: dict[str, Need] = {
     "fsdp": Need(
         "strategy fsdp",
-        "FSDP2's fully_shard is public from torch 2.6; 2.4 and 2.5 run it on CUDA only, where it is untested",
-        torch="2.6",
+        "FSDP2 runs without a GPU from torch 2.7; from 2.4 to 2.6 it runs on CUDA only, where it is untested",
+        torch="2.7",
     ),
 }
 # model: hf: builds a transformers model; the project image installs the pinned transformers

@@ -6,10 +6,11 @@ model at most, not one per GPU (eight copies of a 70B model's fp32 weights are 2
 memory), and no GPU ever holds the whole model: fully_shard moves one block at a time to the
 device and keeps its shard. torchtitan initializes the same way.
 
-Needs torch 2.6 (runtime_requirements.py): FSDP2 is public in `torch.distributed.fsdp` from 2.6.
-torch 2.4 and 2.5 have it as `torch.distributed._composable.fsdp`, but there it runs only on CUDA
-("FSDP requires CUDA for streams", seen with the 2.5.1 wheel), so nothing without a GPU can prove
-this module on them: Validate refuses those images for fsdp rather than launch what is untested.
+Needs torch 2.7 (runtime_requirements.py), the first release whose FSDP2 runs without a GPU. FSDP2
+is public in `torch.distributed.fsdp` from 2.6 (`torch.distributed._composable.fsdp` in 2.4 and
+2.5), but there it runs only on CUDA ("FSDP requires CUDA for streams" with the 2.5.1 wheel; "'Stream'
+object has no attribute 'record_event'" with 2.6.0), so nothing without a GPU can prove this module
+on them: Validate refuses those images for fsdp rather than launch what is untested.
 """
 
 from __future__ import annotations

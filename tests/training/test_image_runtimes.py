@@ -1,0 +1,150 @@
+"""The built-in script on the images' own software: each strategy under real torchrun on the oldest
+and the newest image Validate accepts for it, in that image's runtime (its torch and Python, built
+by the twin's runtimes module). The versions are not typed here: they are what Validate's own rule
+(`runnable_versions`) admits, so a change to the script's requirements or to the facts moves them.
+
+The first run of a runtime builds it from the package registries (several GB, minutes); later runs
+reuse the cache (~/.cache/trainstack/runtimes, or $TRAINSTACK_RUNTIME_CACHE).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.training.launch import STEADY_LR, TIMEOUT, environment, job_args, losses, run, sigkill_at_step, trajectory
+from trainstack import facts
+from trainstack.builtin_script import runnable_versions
+from trainstack.facts import ImageKind
+from trainstack.images import SMDATAPARALLEL, TORCH_DISTRIBUTED
+from trainstack_local import runtimes
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(runtimes.INSTALL_TIMEOUT + 4 * TIMEOUT)]
+
+STANDINS = Path(__file__).resolve().parent / "standins"
+# strategy -> the image family and launcher Validate resolves it to
+STRATEGIES: dict[str, tuple[ImageKind, str]] = {
+    "ddp": ("dlc", TORCH_DISTRIBUTED),
+    "fsdp": ("dlc", TORCH_DISTRIBUTED),
+    "smddp": ("dlc", SMDATAPARALLEL),
+    "smp": ("smp", TORCH_DISTRIBUTED),
+}
+RUNTIME_LINE = re.compile(r"runtime torch (\S+), Python (\S+)")
+
+
+def oldest_and_newest(strategy: str) -> list[tuple[ImageKind, str]]:
+    kind, launcher = STRATEGIES[strategy]
+    accepted = runnable_versions(kind, frozenset({launcher}), strategy, "gpt-tiny")
+    return [(kind, version) for version in dict.fromkeys([accepted[0], accepted[-1]])]
+
+
+def cases(strategy: str) -> list:
+    return [pytest.param(kind, version, id=f"{kind}-{version}") for kind, version in oldest_and_newest(strategy)]
+
+
+def bin_dir(kind: ImageKind, version: str) -> Path:
+    return runtimes.ensure(facts.image_version(kind, version).runtime).bin
+
+
+def ran_on(result, kind: ImageKind, version: str) -> None:
+    """The job logged the image's torch and Python, so it ran on the image's software."""
+    image = facts.image_version(kind, version).runtime
+    torch_version, python = RUNTIME_LINE.search(result.stderr).groups()
+    assert torch_version.split("+")[0] == image.torch
+    assert python.rsplit(".", 1)[0] == image.python
+
+
+def weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(model_dir / "model.pt", weights_only=True)
+
+
+def test_the_strategies_are_tested_on_the_images_validate_admits_at_each_end():
+    # the script's requirements as the facts give them today; a change shows up here first
+    assert oldest_and_newest("ddp")[0] == ("dlc", "2.2.0")
+    assert oldest_and_newest("fsdp")[0] == ("dlc", "2.7.1")
+    assert oldest_and_newest("smddp") == [("dlc", "2.2.0")]
+    assert oldest_and_newest("smp")[0] == ("smp", "2.2.0")
+
+
+@pytest.mark.parametrize(("kind", "version"), cases("ddp"))
+def test_ddp_on_two_ranks_matches_one_rank_on_the_image_runtime(tmp_path, kind, version):
+    runtime = bin_dir(kind, version)
+    two = run(job_args(tmp_path / "two", "--strategy", "ddp"), bin_dir=runtime)
+    ran_on(two, kind, version)
+    one = trajectory(run(job_args(tmp_path / "one", "--strategy", "ddp", "--grad_accum", "2"), nproc=0, bin_dir=runtime))
+    assert trajectory(two) == pytest.approx(one, abs=2e-4)
+
+
+@pytest.mark.parametrize(("kind", "version"), cases("ddp"))
+def test_zero1_matches_ddp_on_the_image_runtime(tmp_path, kind, version):
+    runtime = bin_dir(kind, version)
+    ddp = trajectory(run(job_args(tmp_path / "ddp", "--strategy", "ddp", steps=6), bin_dir=runtime))
+    zero1 = trajectory(run(job_args(tmp_path / "zero1", "--strategy", "ddp", "--zero1", "true", steps=6), bin_dir=runtime))
+    assert zero1 == pytest.approx(ddp, abs=2e-4)
+
+
+@pytest.mark.parametrize(("kind", "version"), cases("fsdp"))
+def test_fsdp2_matches_ddp_on_the_image_runtime(tmp_path, kind, version):
+    runtime = bin_dir(kind, version)
+    ddp = trajectory(run(job_args(tmp_path / "ddp", "--strategy", "ddp", steps=6), bin_dir=runtime))
+    fsdp = run(job_args(tmp_path / "fsdp", "--strategy", "fsdp", steps=6), bin_dir=runtime)
+    ran_on(fsdp, kind, version)
+    assert trajectory(fsdp) == pytest.approx(ddp, abs=2e-4)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "kind", "version"),
+    [
+        pytest.param(strategy, *case.values, id=f"{strategy}-{case.id}")
+        for strategy in ("ddp", "fsdp")
+        for case in cases(strategy)
+    ],
+)
+def test_a_sigkilled_run_resumes_to_the_uninterrupted_weights_on_the_image_runtime(tmp_path, strategy, kind, version):
+    runtime = bin_dir(kind, version)
+    settings = ("--strategy", strategy, "--checkpoint_every", "4", *STEADY_LR)
+    reference = run(job_args(tmp_path / "reference", *settings, steps=10), bin_dir=runtime)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    args = job_args(tmp_path / "interrupted", *settings, steps=10)
+    sigkill_at_step(args, 6, bin_dir=runtime)
+    resumed = run(args, bin_dir=runtime)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert min(losses(resumed.stdout)) == 5  # continued after the step-4 checkpoint
+    expected, actual = weights(tmp_path / "reference" / "model"), weights(tmp_path / "interrupted" / "model")
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize(("kind", "version"), cases("smddp"))
+def test_smddp_imports_the_library_before_its_backend_on_the_image_runtime(tmp_path, kind, version):
+    log = tmp_path / "calls.jsonl"
+    runtime = bin_dir(kind, version)
+    env = environment(runtime, PYTHONPATH=f"{STANDINS / 'smddp'}{os.pathsep}{STANDINS}", TRAINSTACK_STANDIN_LOG=str(log))
+    result = run(job_args(tmp_path, "--strategy", "smddp", steps=3), env=env, bin_dir=runtime)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ran_on(result, kind, version)
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    for rank in ("0", "1"):
+        assert [e["event"] for e in events if e["rank"] == rank] == ["import torch_smddp", "init_process_group"]
+
+
+@pytest.mark.parametrize(("kind", "version"), cases("smp"))
+def test_smp_initializes_after_the_process_group_and_reaches_the_fsdp1_wrap_on_the_image_runtime(tmp_path, kind, version):
+    log = tmp_path / "calls.jsonl"
+    runtime = bin_dir(kind, version)
+    env = environment(runtime, PYTHONPATH=f"{STANDINS / 'smp'}{os.pathsep}{STANDINS}", TRAINSTACK_STANDIN_LOG=str(log))
+    result = run(job_args(tmp_path, "--strategy", "smp", "--mp_parameters", "{}", steps=3), env=env, bin_dir=runtime)
+    ran_on(result, kind, version)
+    # Everything up to the FSDP1 wrap ran on the image's torch; FSDP1 itself needs a GPU, and each
+    # torch says so in its own words ("Found no NVIDIA driver", "FSDP needs a non-CPU accelerator").
+    assert result.returncode != 0
+    assert "torch/distributed/fsdp/fully_sharded_data_parallel.py" in result.stderr, result.stderr[-3000:]
+    assert re.search(r"NVIDIA|CUDA|accelerator", (tmp_path / "output" / "failure").read_text())
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {e["event"] for e in events} == {"tsm.init"}
+    assert all(e["process_group_initialized"] for e in events)
