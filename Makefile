@@ -54,10 +54,16 @@ lint: synth ## ruff, cfn-lint and checkov over the synthesized template
 	$(VENV)/bin/cfn-lint cdk.out/$(STACK).template.json || test $$? -eq 4  # 4: warnings only (W3005 in CDK's own handlers)
 	$(CHECKOV) -f cdk.out/$(STACK).template.json --framework cloudformation --skip-download --compact --quiet
 
-test: setup system-packages ## install, then run every test (ruff included)
+test: setup system-packages runtimes ## install, then run every test (ruff included)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest
+
+.PHONY: runtimes
+# Jobs in the twin run on their image's torch and Python: build the images' runtimes the tests use
+# (cached in ~/.cache/trainstack/runtimes; several GB each on the first run) before any test waits.
+runtimes: setup ## the image runtimes the tests run jobs on (tools/image_runtimes.py)
+	$(PY) tools/image_runtimes.py
 
 .PHONY: system-packages
 # The SageMaker toolkit's MPI launcher needs Open MPI and sshd (its MasterRunner starts /usr/sbin/sshd),
@@ -82,6 +88,7 @@ quietly = out=$$($(1) 2>&1) || { printf '%s\n' "$$out"; echo "make: $(2) failed"
 local: setup ## install, then synth + gates + idle cost, then the whole pipeline offline on the embedded default job
 	@$(call quietly,$(MAKE) --no-print-directory lint,synth or a gate (cdk-nag, ruff, cfn-lint, checkov))
 	@$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json --total
+	@$(PY) tools/image_runtimes.py --default
 	@$(VENV)/bin/trainstack local run
 
 bench-train: setup ## our entry point vs a bare PyTorch loop (tokens/s, medians) and checkpoint cost, on CPU

@@ -1,7 +1,8 @@
 """The built-in script on the images' own software: each strategy under real torchrun on the oldest
 and the newest image Validate accepts for it, in that image's runtime (its torch and Python, built
 by the twin's runtimes module). The versions are not typed here: they are what Validate's own rule
-(`runnable_versions`) admits, so a change to the script's requirements or to the facts moves them.
+(`runnable_versions`, through tools/image_runtimes.py, which `make test` runs first to build
+them) admits, so a change to the script's requirements or to the facts moves them.
 
 The first run of a runtime builds it from the package registries (several GB, minutes); later runs
 reuse the cache (~/.cache/trainstack/runtimes, or $TRAINSTACK_RUNTIME_CACHE).
@@ -18,29 +19,15 @@ import pytest
 import torch
 
 from tests.training.launch import STEADY_LR, TIMEOUT, environment, job_args, losses, run, sigkill_at_step, trajectory
+from tools.image_runtimes import oldest_and_newest
 from trainstack import facts
-from trainstack.builtin_script import runnable_versions
 from trainstack.facts import ImageKind
-from trainstack.images import SMDATAPARALLEL, TORCH_DISTRIBUTED
 from trainstack_local import runtimes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(runtimes.INSTALL_TIMEOUT + 4 * TIMEOUT)]
 
 STANDINS = Path(__file__).resolve().parent / "standins"
-# strategy -> the image family and launcher Validate resolves it to
-STRATEGIES: dict[str, tuple[ImageKind, str]] = {
-    "ddp": ("dlc", TORCH_DISTRIBUTED),
-    "fsdp": ("dlc", TORCH_DISTRIBUTED),
-    "smddp": ("dlc", SMDATAPARALLEL),
-    "smp": ("smp", TORCH_DISTRIBUTED),
-}
 RUNTIME_LINE = re.compile(r"runtime torch (\S+), Python (\S+)")
-
-
-def oldest_and_newest(strategy: str) -> list[tuple[ImageKind, str]]:
-    kind, launcher = STRATEGIES[strategy]
-    accepted = runnable_versions(kind, frozenset({launcher}), strategy, "gpt-tiny")
-    return [(kind, version) for version in dict.fromkeys([accepted[0], accepted[-1]])]
 
 
 def cases(strategy: str) -> list:
@@ -59,6 +46,22 @@ def ran_on(result, kind: ImageKind, version: str) -> None:
     assert python.rsplit(".", 1)[0] == image.python
 
 
+@pytest.fixture(scope="module")
+def ddp_reference(tmp_path_factory):
+    """The 2-rank DDP trajectory on one image's runtime, run once per runtime and shared by the
+    comparisons with it; each run checked to have logged the image's torch and Python."""
+    found: dict[tuple[str, str], list[float]] = {}
+
+    def reference(kind: ImageKind, version: str) -> list[float]:
+        if (kind, version) not in found:
+            result = run(job_args(tmp_path_factory.mktemp(f"ddp-{version}"), "--strategy", "ddp"), bin_dir=bin_dir(kind, version))
+            ran_on(result, kind, version)
+            found[kind, version] = trajectory(result)
+        return found[kind, version]
+
+    return reference
+
+
 def weights(model_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(model_dir / "model.pt", weights_only=True)
 
@@ -72,29 +75,25 @@ def test_the_strategies_are_tested_on_the_images_validate_admits_at_each_end():
 
 
 @pytest.mark.parametrize(("kind", "version"), cases("ddp"))
-def test_ddp_on_two_ranks_matches_one_rank_on_the_image_runtime(tmp_path, kind, version):
-    runtime = bin_dir(kind, version)
-    two = run(job_args(tmp_path / "two", "--strategy", "ddp"), bin_dir=runtime)
-    ran_on(two, kind, version)
-    one = trajectory(run(job_args(tmp_path / "one", "--strategy", "ddp", "--grad_accum", "2"), nproc=0, bin_dir=runtime))
-    assert trajectory(two) == pytest.approx(one, abs=2e-4)
+def test_ddp_on_two_ranks_matches_one_rank_on_the_image_runtime(tmp_path, kind, version, ddp_reference):
+    # one process under torchrun, as SageMaker launches a one-GPU job, saving a checkpoint on the way
+    # (torch 2.2's checkpoints need a process group even then)
+    arguments = job_args(tmp_path, "--strategy", "ddp", "--grad_accum", "2", "--checkpoint_every", "6")
+    one = run(arguments, nproc=1, bin_dir=bin_dir(kind, version))
+    assert ddp_reference(kind, version) == pytest.approx(trajectory(one), abs=2e-4)
+    assert (tmp_path / "checkpoints" / "step_00000006").is_dir()
 
 
 @pytest.mark.parametrize(("kind", "version"), cases("ddp"))
-def test_zero1_matches_ddp_on_the_image_runtime(tmp_path, kind, version):
-    runtime = bin_dir(kind, version)
-    ddp = trajectory(run(job_args(tmp_path / "ddp", "--strategy", "ddp", steps=6), bin_dir=runtime))
-    zero1 = trajectory(run(job_args(tmp_path / "zero1", "--strategy", "ddp", "--zero1", "true", steps=6), bin_dir=runtime))
-    assert zero1 == pytest.approx(ddp, abs=2e-4)
+def test_zero1_matches_ddp_on_the_image_runtime(tmp_path, kind, version, ddp_reference):
+    zero1 = run(job_args(tmp_path, "--strategy", "ddp", "--zero1", "true"), bin_dir=bin_dir(kind, version))
+    assert trajectory(zero1) == pytest.approx(ddp_reference(kind, version), abs=2e-4)
 
 
 @pytest.mark.parametrize(("kind", "version"), cases("fsdp"))
-def test_fsdp2_matches_ddp_on_the_image_runtime(tmp_path, kind, version):
-    runtime = bin_dir(kind, version)
-    ddp = trajectory(run(job_args(tmp_path / "ddp", "--strategy", "ddp", steps=6), bin_dir=runtime))
-    fsdp = run(job_args(tmp_path / "fsdp", "--strategy", "fsdp", steps=6), bin_dir=runtime)
-    ran_on(fsdp, kind, version)
-    assert trajectory(fsdp) == pytest.approx(ddp, abs=2e-4)
+def test_fsdp2_matches_ddp_on_the_image_runtime(tmp_path, kind, version, ddp_reference):
+    fsdp = run(job_args(tmp_path, "--strategy", "fsdp"), bin_dir=bin_dir(kind, version))
+    assert trajectory(fsdp) == pytest.approx(ddp_reference(kind, version), abs=2e-4)
 
 
 @pytest.mark.parametrize(
@@ -148,3 +147,14 @@ def test_smp_initializes_after_the_process_group_and_reaches_the_fsdp1_wrap_on_t
     events = [json.loads(line) for line in log.read_text().splitlines()]
     assert {e["event"] for e in events} == {"tsm.init"}
     assert all(e["process_group_initialized"] for e in events)
+
+
+def test_without_the_tensorboard_package_the_run_trains_and_says_so_once(tmp_path):
+    # SMP's images: no source says they carry tensorboard, so their runtime has none
+    (kind, version) = oldest_and_newest("smp")[0]
+    assert facts.image_version(kind, version).runtime.has("tensorboard") is None
+    runtime = bin_dir(kind, version)
+    result = run(job_args(tmp_path, "--strategy", "ddp", "--tensorboard_dir", str(tmp_path / "tb"), steps=3), bin_dir=runtime)
+    assert trajectory(result)[-1] > 0
+    assert result.stderr.count("no TensorBoard files: this image lacks the tensorboard package") == 1
+    assert not (tmp_path / "tb").exists()

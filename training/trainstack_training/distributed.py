@@ -153,7 +153,11 @@ def init_distributed(config: TrainConfig) -> DistContext:
     else:
         backend = "nccl" if device.type == "cuda" else "gloo"
     if launch.world_size == 1 and dcp_needs_process_group() and not dist.is_initialized():
-        dist.init_process_group(backend="gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+        # Under a launcher its variables (and torchrun's own store) say where; a plain process has none.
+        alone = {"init_method": f"tcp://127.0.0.1:{_free_port()}", "rank": 0, "world_size": 1}
+        dist.init_process_group(
+            backend=backend, timeout=process_group_timeout(config), **(alone if launch.launcher == "none" else {})
+        )
     elif launch.world_size > 1 and not dist.is_initialized():
         check_efa = transport.check_required(
             config.require_efa_transport, backend, launch.world_size, launch.local_world_size, os.environ
@@ -180,13 +184,9 @@ def init_distributed(config: TrainConfig) -> DistContext:
 
 def dcp_needs_process_group() -> bool:
     """torch 2.2's distributed checkpoint gathers keys over the default process group even for one
-    process (its `load` ignores `no_dist`); from torch 2.3 it runs without one and drops `no_dist`.
-    A one-process run on 2.2 therefore gets a one-rank gloo group of its own."""
-    import inspect
-
-    import torch.distributed.checkpoint as dcp
-
-    return "no_dist" in inspect.signature(dcp.save).parameters
+    process (its `load` ignores `no_dist`); from torch 2.3 it runs without one. A one-process run on
+    2.2 therefore gets a one-rank group."""
+    return [int(part) for part in torch.__version__.split("+")[0].split(".")[:2]] < [2, 3]
 
 
 def _free_port() -> int:
