@@ -24,7 +24,7 @@ from trainstack.layout import (
 from trainstack.naming import training_job_name_prefix
 
 # What SageMaker needs to attach a job's network interfaces in VPC mode; these calls do not
-# support resource-level scoping (see shared/reference/sagemaker-contract.md §3).
+# support resource-level scoping (see docs/sagemaker-contract.md §3).
 VPC_MODE_ACTIONS = [
     "ec2:CreateNetworkInterface",
     "ec2:CreateNetworkInterfacePermission",

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "lambda"))
 from trainstack.workflow import FIRST_POLL_SECONDS, MAX_POLL_SECONDS, transitions_for  # noqa: E402
 
 HANDLERS = ("validate", "create", "describe", "notify", "stop")
-PRICE_PER_TRANSITION = 0.025 / 1000  # Standard workflows, us-east-1 (shared/reference §6)
+PRICE_PER_TRANSITION = 0.025 / 1000  # Standard workflows, us-east-1 (docs/sagemaker-contract.md §6)
 FIXED_TRANSITIONS = 7  # Validate, RunTrials, Create, TrialFinished, Notify, RunOutcome, Completed
 
 

@@ -3,7 +3,7 @@
 SageMaker stops a job (StopTrainingJob, spot reclaim) by sending SIGTERM to the container's PID 1,
 then SIGKILL about 120 s later. In the framework images PID 1 is `bash -m start_with_right_hostname.sh`
 running the toolkit's `train` as a child; neither forwards the signal, so the training script never
-hears it (shared/reference/sagemaker-contract.md §4). trainstack therefore starts the container
+hears it (docs/sagemaker-contract.md §4). trainstack therefore starts the container
 through `AlgorithmSpecification.ContainerEntrypoint` — the mechanism the SageMaker SDK 3.x uses for
 its own drivers — with `training/container_entry.py` as PID 1. It runs the image's own entry as its
 child (which keeps that script's host-name setup) and forwards SIGTERM to the training processes.

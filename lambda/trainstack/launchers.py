@@ -1,7 +1,7 @@
 """The launcher hyperparameters a `distribution` becomes: what the SageMaker SDK 2.x PyTorch
 estimator renders (`PyTorch._pytorch_distribution_configuration` and
 `Framework._distribution_configuration`), which is what the framework containers' toolkit reads
-(shared/reference/sagemaker-contract.md §1). tests/facts checks it against the SDK itself.
+(docs/sagemaker-contract.md §1). tests/facts checks it against the SDK itself.
 """
 
 from __future__ import annotations

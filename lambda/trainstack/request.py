@@ -1,7 +1,7 @@
 """Build the complete CreateTrainingJob request for a checked spec. Pure: no AWS calls.
 
 The script-mode hyperparameters follow the contract the framework containers' toolkit reads
-(shared/reference/sagemaker-contract.md §1): every value a string holding JSON.
+(docs/sagemaker-contract.md §1): every value a string holding JSON.
 """
 
 from __future__ import annotations

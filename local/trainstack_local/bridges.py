@@ -1,5 +1,5 @@
 """Where moto stops short of AWS, the small patches that make it behave as the deployed stack does
-(shared/reference/toolchain.md, "Running AWS locally"). Pinned moto internals, patched for the
+(docs/local-aws.md). Pinned moto internals, patched for the
 duration of `moto_bridges()` only:
 
 - Lambda: moto without Docker only echoes payloads; here the function's own `Handler` is imported

@@ -1,5 +1,5 @@
 """The whole pipeline offline: uploads and starts go through the synthesized state machine, its
-real handlers, and training jobs that really run (shared/design/architecture.md)."""
+real handlers, and training jobs that really run (the README, "Pipeline")."""
 
 from __future__ import annotations
 
