@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -55,8 +55,9 @@ class Spot(_Strict):
 
 class Sweep(_Strict):
     max_concurrency: int = Field(default=4, ge=1, le=100)
-    grid: dict[str, list[HyperparameterValue]] | None = None
-    trials: list[dict[str, HyperparameterValue]] | None = None
+    # Empty collections are refused here: a sweep of no trials has nothing to run or plan.
+    grid: dict[str, Annotated[list[HyperparameterValue], Field(min_length=1)]] | None = Field(default=None, min_length=1)
+    trials: list[dict[str, HyperparameterValue]] | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _one_source(self) -> Sweep:
@@ -256,6 +257,9 @@ def _describe(problem: dict[str, Any]) -> str:
         return f"{field}: unknown field; see `trainstack schema` for the fields a job spec takes"
     if problem["type"] == "missing":
         return f"{field}: required"
+    if problem["type"] == "too_short" and problem["loc"] and problem["loc"][0] == "sweep":
+        value = json.dumps(problem.get("input"), default=str)
+        return f"{field} = {value}: a sweep needs at least one trial and every grid entry one value; give them, or remove sweep"
     message = problem["msg"].removeprefix("Value error, ")
     if not problem["loc"]:  # a rule across fields names them itself; the whole spec is no help
         return message
