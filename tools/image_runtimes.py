@@ -17,26 +17,18 @@ import time
 from pathlib import Path
 
 from trainstack import facts
-from trainstack.builtin_script import runnable_versions
+from trainstack.builtin_script import STRATEGY_IMAGES, runnable_versions
 from trainstack.facts import ImageKind
-from trainstack.images import SMDATAPARALLEL, TORCH_DISTRIBUTED, resolve
+from trainstack.images import TORCH_DISTRIBUTED, resolve
 from trainstack_local import runtimes
 from trainstack_local.registry import TwinImage, framework_image, project_image
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The built-in script's strategies, with the image family and launcher Validate resolves each to.
-STRATEGIES: dict[str, tuple[ImageKind, str]] = {
-    "ddp": ("dlc", TORCH_DISTRIBUTED),
-    "fsdp": ("dlc", TORCH_DISTRIBUTED),
-    "smddp": ("dlc", SMDATAPARALLEL),
-    "smp": ("smp", TORCH_DISTRIBUTED),
-}
-
 
 def oldest_and_newest(strategy: str) -> list[tuple[ImageKind, str]]:
     """The first and the last image Validate accepts for the built-in script with this strategy."""
-    kind, launcher = STRATEGIES[strategy]
+    kind, launcher = STRATEGY_IMAGES[strategy]
     accepted = runnable_versions(kind, frozenset({launcher}), strategy, "gpt-tiny")
     return [(kind, version) for version in dict.fromkeys([accepted[0], accepted[-1]])]
 
@@ -49,7 +41,7 @@ def default_job_image() -> TwinImage:
 
 
 def tested_images() -> list[TwinImage]:
-    pairs = dict.fromkeys(pair for strategy in STRATEGIES for pair in oldest_and_newest(strategy))
+    pairs = dict.fromkeys(pair for strategy in STRATEGY_IMAGES for pair in oldest_and_newest(strategy))
     return [
         default_job_image(),
         *(framework_image(facts.image_version(kind, version).runtime) for kind, version in pairs),

@@ -115,6 +115,16 @@ def _has(runtime: Runtime, need: Need) -> bool:
     return isinstance(installed, str) and int(installed.split(".")[0]) >= need.package_major
 
 
+# The image family and launcher each of the built-in script's strategies resolves to on a GPU type
+# (rules.resolve; mpi runs the script too, on any version the DLC has).
+STRATEGY_IMAGES: dict[str, tuple[ImageKind, str]] = {
+    "ddp": ("dlc", images.TORCH_DISTRIBUTED),
+    "fsdp": ("dlc", images.TORCH_DISTRIBUTED),
+    "smddp": ("dlc", images.SMDATAPARALLEL),
+    "smp": ("smp", images.TORCH_DISTRIBUTED),
+}
+
+
 def runnable_versions(kind: ImageKind, launchers: frozenset[str], strategy: str, model: str) -> list[str]:
     """The versions the launchers take whose image's torch runs the built-in script for this
     strategy and model, oldest first (what the tests run each strategy on: the first and the last)."""

@@ -12,7 +12,7 @@ import re
 
 from tools.readme_section import write_section
 from trainstack import facts, images
-from trainstack.builtin_script import runnable_versions
+from trainstack.builtin_script import STRATEGY_IMAGES, runnable_versions
 from trainstack.images import MPI, SMDATAPARALLEL, TORCH_DISTRIBUTED
 from trainstack_training.runtime_requirements import BASE, meets
 
@@ -103,15 +103,6 @@ def render() -> str:
     return "\n".join(lines)
 
 
-# The built-in script's strategies, with the image family and launcher each resolves to.
-SCRIPT_STRATEGIES = (
-    ("ddp", "dlc", TORCH_DISTRIBUTED),
-    ("fsdp", "dlc", TORCH_DISTRIBUTED),
-    ("smddp", "dlc", SMDATAPARALLEL),
-    ("smp", "smp", TORCH_DISTRIBUTED),
-)
-
-
 def _runtime_table() -> list[str]:
     """What each GPU/CPU framework image runs a job on, and which of the built-in script's
     strategies Validate accepts on it (trainstack_training/runtime_requirements.py)."""
@@ -128,7 +119,7 @@ def _runtime_table() -> list[str]:
             runtime = facts.image_version(kind, version).runtime
             accepted = [
                 strategy
-                for strategy, family, launcher in SCRIPT_STRATEGIES
+                for strategy, (family, launcher) in STRATEGY_IMAGES.items()
                 if family == kind and version in runnable_versions(kind, frozenset({launcher}), strategy, "gpt-tiny")
             ]
             packages = [_package(runtime.packages.get(name)) for name in ("tensorboard", "transformers")]

@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from trainstack_training import sagemaker_libraries, transport
 from trainstack_training.config import TrainConfig
+from trainstack_training.runtime_requirements import Need, meets
 
 # The process group's own timeout outlasts every limit the watchdog applies (startup_timeout at most,
 # or a longer fixed step_timeout) by this much, so the watchdog, which names the stuck ranks and dumps
@@ -182,11 +183,14 @@ def init_distributed(config: TrainConfig) -> DistContext:
     )
 
 
+DCP_WITHOUT_PROCESS_GROUP = Need("a one-process checkpoint", "DCP runs without a process group from torch 2.3", torch="2.3")
+
+
 def dcp_needs_process_group() -> bool:
     """torch 2.2's distributed checkpoint gathers keys over the default process group even for one
     process (its `load` ignores `no_dist`); from torch 2.3 it runs without one. A one-process run on
     2.2 therefore gets a one-rank group."""
-    return [int(part) for part in torch.__version__.split("+")[0].split(".")[:2]] < [2, 3]
+    return not meets(torch.__version__, DCP_WITHOUT_PROCESS_GROUP)
 
 
 def _free_port() -> int:
