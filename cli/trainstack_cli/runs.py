@@ -16,10 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from trainstack.billing import billed_usd
-from trainstack.identity import Run
+from trainstack.identity import JobName, Run
 from trainstack.workflow import trigger_of
-
-_TRIAL_IN_NAME = re.compile(r"-t(\d+)(?:-|$)")
 
 
 @dataclass(frozen=True)
@@ -80,8 +78,9 @@ def run_identity(execution: dict[str, Any]) -> Run:
 
 
 def trial_index(job_name: str) -> int:
-    match = _TRIAL_IN_NAME.search(job_name)
-    return int(match.group(1)) if match else 0
+    """The sweep trial a job name says (0 for a single job), read by the identity's own parser."""
+    parsed = JobName.parse(job_name)
+    return (parsed.trial or 0) if parsed else 0
 
 
 def position(history: Iterable[dict[str, Any]]) -> str:

@@ -15,6 +15,7 @@ event or a redriven execution finds the jobs it already made instead of making n
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from trainstack.layout import CHECKPOINTS_PREFIX
@@ -27,6 +28,35 @@ TAG_SPEC = "trainstack:spec"
 TAG_LINEAGE = "trainstack:lineage"
 TAG_TRIAL = "trainstack:trial"
 TAG_STRATEGY = "trainstack:strategy"
+
+
+# The suffix `Trial.job_name` writes, read back from the end of a name: the spec part before it is
+# free text (it may itself hold "-t5" or hex), so only an anchored suffix is unambiguous.
+JOB_NAME_SUFFIX = re.compile(
+    rf"-(?P<digest>[0-9a-f]{{{JOB_DIGEST_LENGTH}}})(?:-t(?P<trial>\d+))?(?:-r(?P<resume>[0-9a-f]{{{RESUME_DIGEST_LENGTH}}}))?"
+    r"(?:-a(?P<attempt>\d+))?$"
+)
+
+
+@dataclass(frozen=True)
+class JobName:
+    """What a job name says of its run: the one parser of the format `Trial.job_name` writes."""
+
+    head: str  # the name prefix and the (possibly shortened) spec name
+    digest: str  # the run's
+    trial: int | None
+    resume: str | None  # the resume segment's digest
+    attempt: int
+
+    @classmethod
+    def parse(cls, job_name: str) -> JobName | None:
+        match = JOB_NAME_SUFFIX.search(job_name)
+        if match is None:
+            return None
+        trial, attempt = match["trial"], match["attempt"]
+        return cls(
+            job_name[: match.start()], match["digest"], None if trial is None else int(trial), match["resume"], int(attempt or 0)
+        )
 
 
 def _digest(text: str, length: int) -> str:
@@ -59,18 +89,15 @@ class Run:
 
     def owns(self, job_name: str, name_prefix: str) -> bool:
         """Whether a training job belongs to this run's lineage (the Stop handler's test)."""
-        prefix = training_job_name_prefix(name_prefix)
-        return job_name.startswith(prefix) and self.digest in job_name[len(prefix) :].split("-")
+        parsed = JobName.parse(job_name)
+        return parsed is not None and parsed.digest == self.digest and job_name.startswith(training_job_name_prefix(name_prefix))
 
     def made(self, job_name: str, name_prefix: str) -> bool:
         """Whether this very execution created the job: of the lineage, and with this execution's
         resume segment (none for the lineage's first execution)."""
-        if not self.owns(job_name, name_prefix):
-            return False
-        segments = job_name[len(training_job_name_prefix(name_prefix)) :].split("-")
-        after = segments[segments.index(self.digest) + 1 :]
-        resumes = [s for s in after if s.startswith("r") and len(s) == RESUME_DIGEST_LENGTH + 1]
-        return resumes == ([f"r{_digest(self.resume, RESUME_DIGEST_LENGTH)}"] if self.resume else [])
+        parsed = JobName.parse(job_name)
+        expected = _digest(self.resume, RESUME_DIGEST_LENGTH) if self.resume else None
+        return self.owns(job_name, name_prefix) and parsed is not None and parsed.resume == expected
 
 
 @dataclass(frozen=True)

@@ -157,3 +157,9 @@ def test_a_trials_history_keeps_spot_interruptions_in_order():
     trial = trial_view(job(SecondaryStatusTransitions=transitions), NOW)
 
     assert [(t.status, t.message) for t in trial.transitions] == [(t["Status"], t["StatusMessage"]) for t in transitions]
+
+
+def test_a_spec_named_like_a_trial_is_not_read_as_one():
+    name = Run("s3://b/jobs/x.yaml#v1").trial().job_name("p", "gpt-t5-small")  # a single job, not trial 5
+    assert trial_index(name) == 0
+    assert trial_index(Run("s3://b/jobs/x.yaml#v1").trial(2).job_name("p", "gpt-t5-small", attempt=1)) == 2

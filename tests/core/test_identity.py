@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from trainstack.identity import Run
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainstack.identity import JobName, Run
 from trainstack.naming import TRAINING_JOB_NAME_PATTERN
 
 UPLOAD = "s3://b/jobs/a.yaml#v1"
@@ -63,3 +66,28 @@ def test_each_execution_of_a_lineage_made_only_its_own_jobs():
     assert all(first.made(j, "trainstack") and not resumed.made(j, "trainstack") for j in first_jobs)
     assert all(resumed.made(j, "trainstack") and not first.made(j, "trainstack") for j in resumed_jobs)
     assert all(first.owns(j, "trainstack") for j in first_jobs + resumed_jobs)  # the Stop handler's lineage test
+
+
+# Spec names as users write them: letters, digits and hyphens, including pieces that look like the
+# suffix's own segments ("t5", "r1", "a2", 12 hex digits), up to lengths the API's limit shortens.
+LOOKALIKES = ["gpt", "t5", "r1", "a2", "t12", "0123456789ab", "abcdef", "small", "7b"]
+SPEC_NAME = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,60}[a-z0-9])?", fullmatch=True).filter(lambda name: "--" not in name)
+SPEC_NAME |= st.builds("-".join, st.lists(st.sampled_from(LOOKALIKES), min_size=1, max_size=8))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    spec=SPEC_NAME,
+    lineage=st.text(min_size=1, max_size=40),
+    trial=st.none() | st.integers(min_value=0, max_value=999),
+    resume=st.none() | st.text(min_size=1, max_size=20),
+    attempt=st.integers(min_value=0, max_value=30),
+)
+def test_every_job_name_parses_back_to_the_run_trial_resume_and_attempt_that_named_it(spec, lineage, trial, resume, attempt):
+    run = Run(lineage, resume)
+    name = run.trial(trial).job_name("trainstack", spec, attempt)
+    parsed = JobName.parse(name)
+    assert parsed is not None
+    assert (parsed.digest, parsed.trial, parsed.attempt) == (run.digest, trial, attempt)
+    assert run.owns(name, "trainstack") and run.made(name, "trainstack")
+    assert not Run(lineage, (resume or "") + "again").made(name, "trainstack")  # another execution's jobs are not its own
