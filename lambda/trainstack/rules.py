@@ -347,6 +347,13 @@ def _did_you_mean(key: str, candidates: list[str]) -> str | None:
     return normals[close[0]] if close else None
 
 
+def _means_pytorch_ddp(key: str) -> bool:
+    """A key that names PyTorch's own data parallelism (pytorchx, torch_ddp, torchrun, pytorch) rather
+    than XLA's: spelling alone sends `pytorchx` to pytorchxla, which is for XLA devices."""
+    text = re.sub(r"[^a-z0-9]", "", key.lower())
+    return "xla" not in text and (text.startswith(("pytorch", "torch")) or "ddp" in text)
+
+
 def _spelled(path: str) -> str:
     """How a (dotted) distribution key is written in a spec."""
     head, _, tail = path.partition(".")
@@ -366,6 +373,11 @@ def _distribution_problems(spec: JobSpec) -> list[Problem]:
             guess = _did_you_mean(key, [*DISTRIBUTION_KEYS, *LAUNCHER_KEYS])
             rule = "not a key of the SageMaker SDK's distribution" + (f"; did you mean {guess}?" if guess else "")
             fix = f"write {_spelled(guess)}" if guess else f"use the SDK's keys: {', '.join(DISTRIBUTION_KEYS[:5])}"
+            if _means_pytorch_ddp(key) and guess != TORCH_DISTRIBUTED:
+                rule = "not a key of the SageMaker SDK's distribution; for PyTorch DDP the key is torch_distributed" + (
+                    f" ({guess} is another launcher)" if guess else ""
+                )
+                fix = f"write {_spelled(TORCH_DISTRIBUTED)}, or strategy: ddp"
             problems.append(Problem(field, value, rule, fix))
         elif not isinstance(value, dict):
             problems.append(Problem(field, value, "must be a mapping", f"write {_spelled(key)}"))

@@ -42,7 +42,17 @@ REFUSED = [
         "distribution.smdistributed_dataparallel",
         "did you mean smdistributed.dataparallel?; write smdistributed: {dataparallel: {enabled: true}}",
     ),
-    ({**DDP, "distribution": {"pytorchx": {"enabled": True}}}, "distribution.pytorchx", "did you mean pytorchxla?"),
+    (  # the seeds' pytorchx means PyTorch DDP: by intent, not the spelling's pytorchxla
+        {**DDP, "distribution": {"pytorchx": {"enabled": True}}},
+        "distribution.pytorchx",
+        "for PyTorch DDP the key is torch_distributed (pytorchxla is another launcher); "
+        "write torch_distributed: {enabled: true}, or strategy: ddp",
+    ),
+    (
+        {**DDP, "distribution": {"torch_ddp": {"enabled": True}}},
+        "distribution.torch_ddp",
+        "for PyTorch DDP the key is torch_distributed; write torch_distributed: {enabled: true}, or strategy: ddp",
+    ),
     (
         {**DDP, "distribution": {"torch-distributed": {"enabled": True}}},
         "distribution.torch-distributed",
