@@ -51,7 +51,7 @@ REFUSED = [
     (
         {**DDP, "distribution": {"torch_ddp": {"enabled": True}}},
         "distribution.torch_ddp",
-        "for PyTorch DDP the key is torch_distributed; write torch_distributed: {enabled: true}, or strategy: ddp",
+        "for PyTorch DDP the key is torch_distributed (pytorchddp is another launcher); write torch_distributed",
     ),
     (
         {**DDP, "distribution": {"torch-distributed": {"enabled": True}}},
