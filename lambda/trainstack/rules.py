@@ -31,6 +31,7 @@ MAX_ENVIRONMENT = 100  # CreateTrainingJob's TrainingEnvironmentMap (botocore: m
 MAX_TAGS = 50
 TAG_KEY = re.compile(r"^[\w\s.:/=+\-@]{1,128}$", re.UNICODE)
 TAG_VALUE = re.compile(r"^[\w\s.:/=+\-@]{0,256}$", re.UNICODE)
+RESERVED_ENVIRONMENT_PREFIX = "TRAINSTACK_"  # the training script's test hooks (trainstack_training/faults.py)
 ENVIRONMENT_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,511}$")
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 EFA_ONLY_VARIABLES = ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA")
@@ -809,6 +810,15 @@ def _names(spec: JobSpec, plan: Plan) -> list[Problem]:
                 Problem(f"tags.{key}", value, "tag values are 0-256 letters, digits, spaces or _.:/=+-@", "change the value")
             )
     for key, value in spec.environment.items():
+        if key.startswith(RESERVED_ENVIRONMENT_PREFIX):
+            problems.append(
+                Problem(
+                    f"environment.{key}",
+                    value,
+                    f"{RESERVED_ENVIRONMENT_PREFIX}* variables are trainstack's test hooks, which only its local twin sets",
+                    "remove the variable",
+                )
+            )
         if not ENVIRONMENT_KEY.match(key):
             problems.append(
                 Problem(

@@ -53,6 +53,7 @@ from trainstack.workflow import CAPACITY_FAILURE_MARKERS
 from trainstack_local import container, runtimes
 from trainstack_local.hosts import Container, JobNetwork, host_names, remove_stale_networks, require_namespaces
 from trainstack_local.registry import ImageRegistry, TwinImage
+from trainstack_training.faults import TWIN_VARIABLE
 
 CAPACITY_FAILURE = f"{CAPACITY_FAILURE_MARKERS[0]}: Unable to provision requested ML compute capacity. Please retry later."
 SUBMIT_DIRECTORY = "sagemaker_submit_directory"
@@ -67,6 +68,9 @@ class TwinSettings:
     spot_capacity_wait_seconds: float = 1.0  # how long an interrupted job waits for spot capacity again
     sync_interval_seconds: float = 0.5  # checkpoint upload period while a job runs
     threads_per_process: int = 1  # OMP_NUM_THREADS in every container: several hosts share 2 cores
+    # Test-only variables every container gets (the training script's fault hooks, faults.py); a
+    # spec cannot set them (Validate refuses TRAINSTACK_* names), so they exist only here.
+    fault_hooks: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -260,6 +264,7 @@ class JobRun:
             "TRAINING_JOB_ARN": self.job.arn,
         }
         environment.update(getattr(self.job, "environment", None) or {})
+        environment.update({TWIN_VARIABLE: "1", **dict(self.twin.settings.fault_hooks)})  # the twin's own, never the spec's
         return environment
 
     def _watch(self, attempt: _Attempt) -> str:

@@ -308,3 +308,11 @@ def test_bad_distribution_values_are_refused_without_a_traceback():
     ):
         problems = check(parse_spec({**DDP, "distribution": distribution}))
         assert problems and all(p.field.startswith("distribution") for p in problems), distribution
+
+
+def test_the_training_scripts_test_hooks_cannot_be_set_from_a_spec():
+    problems = check(parse_spec({**DDP, "environment": {"TRAINSTACK_INJECT_HANG": "1:3"}}), count_objects=lambda uri: 64)
+    assert [str(p) for p in problems] == [
+        'environment.TRAINSTACK_INJECT_HANG = "1:3": TRAINSTACK_* variables are trainstack\'s test hooks, which only its '
+        "local twin sets; remove the variable"
+    ]

@@ -21,7 +21,7 @@ from trainstack.workflow import THROTTLED_RETRY
 from trainstack_cli import main as cli
 from trainstack_local.emulator import ACCOUNT, REGION, local_aws, training_files
 from trainstack_local.pipeline import executions, finish, training_jobs, upload_sample_data, wait_for_new_executions
-from trainstack_local.sagemaker_twin import wait_for
+from trainstack_local.sagemaker_twin import TwinSettings, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -314,10 +314,13 @@ def _queued(sqs, queue_url: str) -> int:
     return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
 
 
-def test_a_job_ended_by_a_health_rule_fails_the_run_with_the_rules_reason(pipeline):
-    stack, _ = pipeline
-    put(stack, "jobs/nan.yaml", job(environment={"TRAINSTACK_INJECT_NAN": "0:3"}))  # rank 0's loss is NaN at step 3
-    assert_run_failed_with(stack, "health rule nonfinite tripped at step 3: grad_norm=nan")
-    s3 = boto3.client("s3", region_name=REGION)
-    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=stack.artifacts_bucket, Prefix="checkpoints/")["Contents"]]
-    assert any("step_00000003" in key and key.endswith("manifest.json") for key in keys)  # checkpoint_and_stop saved it
+def test_a_job_ended_by_a_health_rule_fails_the_run_with_the_rules_reason(default_stack, tmp_path):
+    settings = TwinSettings(fault_hooks=(("TRAINSTACK_INJECT_NAN", "0:3"),))  # rank 0's loss is NaN at step 3
+    with local_aws(default_stack.json, tmp_path, files=training_files(tmp_path), settings=settings) as (stack, twin):
+        upload_sample_data(stack)
+        put(stack, "jobs/nan.yaml", job())
+        assert_run_failed_with(stack, "health rule nonfinite tripped at step 3: grad_norm=nan")
+        twin.wait()
+        s3 = boto3.client("s3", region_name=REGION)
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=stack.artifacts_bucket, Prefix="checkpoints/")["Contents"]]
+        assert any("step_00000003" in key and key.endswith("manifest.json") for key in keys)  # checkpoint_and_stop saved it

@@ -41,7 +41,7 @@ def test_a_diverging_run_is_stopped_by_the_exploding_gradient_rule_with_a_checkp
 
 
 def test_an_injected_nan_stops_at_that_step_on_every_rank(tmp_path):
-    env = environment(TRAINSTACK_INJECT_NAN="1:5")  # rank 1's loss only; the all-reduce spreads it
+    env = environment(TRAINSTACK_TWIN="1", TRAINSTACK_INJECT_NAN="1:5")  # rank 1's loss only; the all-reduce spreads it
     result = run(job_args(tmp_path, "--checkpoint_every", "100"), env=env)
     assert result.returncode != 0
     assert "health rule nonfinite tripped at step 5: grad_norm=nan" in _failure(tmp_path)
@@ -54,7 +54,7 @@ def test_an_injected_nan_stops_at_that_step_on_every_rank(tmp_path):
     "strategy", [("--strategy", "ddp", "--zero1", "true"), ("--strategy", "fsdp")]
 )  # DDP's path and the wrapped optimizer's; FSDP2's DTensors
 def test_with_fused_adamw_a_nan_step_is_skipped_on_the_device_and_named_at_the_next_log_step(tmp_path, strategy):
-    env = environment(TRAINSTACK_INJECT_NAN="1:5")
+    env = environment(TRAINSTACK_TWIN="1", TRAINSTACK_INJECT_NAN="1:5")
     arguments = (*strategy, "--fused_adamw", "true", "--log_every", "4", "--checkpoint_every", "100")
     result = run(job_args(tmp_path, *arguments), env=env)
     assert result.returncode != 0
@@ -68,7 +68,7 @@ def test_with_fused_adamw_a_nan_step_is_skipped_on_the_device_and_named_at_the_n
 
 def test_a_layer_whose_gradients_vanish_trips_the_vanishing_gradient_rule(tmp_path):
     rules = _health(vanishing_gradients={"ratio": 1e-3, "window": 2, "action": "stop"})
-    env = environment(TRAINSTACK_FREEZE="blocks.1")  # the test's frozen layer: its gradients scaled to 1e-9
+    env = environment(TRAINSTACK_TWIN="1", TRAINSTACK_FREEZE="blocks.1")  # the test's frozen layer: its gradients scaled to 1e-9
     result = run(job_args(tmp_path, "--health", rules), env=env)
     assert result.returncode != 0
     reason = _failure(tmp_path)

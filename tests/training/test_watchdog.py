@@ -133,7 +133,7 @@ def test_a_new_run_clears_an_earlier_runs_claim(tmp_path):
 def test_a_stuck_rank_ends_the_job_naming_it_with_every_ranks_stack(tmp_path):
     args = job_args(tmp_path, "--step_timeout", "3", "--startup_timeout", "120", steps=20)
     started = time.monotonic()
-    result = run(args, env=environment(TRAINSTACK_INJECT_HANG="1:3"))
+    result = run(args, env=environment(TRAINSTACK_TWIN="1", TRAINSTACK_INJECT_HANG="1:3"))
     elapsed = time.monotonic() - started
     assert result.returncode != 0
     assert elapsed < 120  # the process group alone would have waited 180 s

@@ -5,20 +5,31 @@ before SIGKILL; the handler only sets a flag, and the loop saves a checkpoint at
 boundary and exits cleanly. A failure's reason goes to `<output_dir>/failure`, which becomes the
 job's FailureReason (first 1,024 characters).
 
-For tests, a fault can be injected into a real run: `TRAINSTACK_INJECT_HANG=<rank>:<step>` makes
-that rank stop for good where it would load the data of that step, as a rank stuck on a hung file
-system read does; `TRAINSTACK_INJECT_NAN=<rank>:<step>` makes that rank's loss NaN at that step,
+For tests, a fault can be injected into a real run (`FaultHooks`): `TRAINSTACK_INJECT_HANG=<rank>:<step>`
+makes that rank stop for good where it would load the data of that step, as a rank stuck on a hung
+file system read does; `TRAINSTACK_INJECT_NAN=<rank>:<step>` makes that rank's loss NaN at that step,
 as a bad batch or an overflow does; `TRAINSTACK_FREEZE=<layer>` makes a layer's gradients vanish.
+They are honoured only where `TRAINSTACK_TWIN=1` says the process runs in the local twin (or a test
+standing in for it), never on SageMaker, where a hang would idle a billed cluster: Validate refuses
+TRAINSTACK_* names in a spec's environment, and a malformed value is ignored with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:  # torch-free at import: the twin reads TWIN_VARIABLE from here
+    import torch
+
+TWIN_VARIABLE = "TRAINSTACK_TWIN"  # set by the local twin in its containers: the only place fault hooks act
 
 
 class StopRequest:
@@ -46,22 +57,49 @@ def write_failure(output_dir: str | Path, reason: str) -> None:
         pass
 
 
-def injected_hang(rank: int) -> int | None:
-    """The step at which this rank is to hang, from TRAINSTACK_INJECT_HANG=<rank>:<step>; None for none."""
-    target, _, step = os.environ.get("TRAINSTACK_INJECT_HANG", "").partition(":")
-    return int(step) if target and int(target) == rank else None
+@dataclass(frozen=True)
+class FaultHooks:
+    """The test-only faults this rank injects, read once at start; none outside the twin."""
+
+    hang_at: int | None = None
+    nan_at: int | None = None
+    frozen_layer: str | None = None  # e.g. blocks.1: its gradients scaled to 1e-9 on every rank
+
+    @classmethod
+    def read(cls, rank: int, environ: Mapping[str, str] | None = None) -> FaultHooks:
+        environ = os.environ if environ is None else environ
+        if environ.get(TWIN_VARIABLE) != "1":
+            return cls()
+        return cls(
+            _rank_step(environ, "TRAINSTACK_INJECT_HANG", rank),
+            _rank_step(environ, "TRAINSTACK_INJECT_NAN", rank),
+            environ.get("TRAINSTACK_FREEZE") or None,
+        )
+
+    def install(self, named_parameters: Iterable[tuple[str, torch.nn.Parameter]], layer_of: Callable[[str], str]) -> None:
+        if self.frozen_layer:
+            for name, parameter in named_parameters:
+                if layer_of(name) == self.frozen_layer:
+                    parameter.register_hook(lambda grad: grad * 1e-9)
+
+    def before_batch(self, step: int) -> None:
+        if step == self.hang_at:
+            hang_forever()
+
+    def loss(self, step: int, loss: torch.Tensor) -> torch.Tensor:
+        return loss * float("nan") if step == self.nan_at else loss
 
 
-def injected_nan(rank: int) -> int | None:
-    """The step whose loss this rank makes NaN, from TRAINSTACK_INJECT_NAN=<rank>:<step>; None for none."""
-    target, _, step = os.environ.get("TRAINSTACK_INJECT_NAN", "").partition(":")
-    return int(step) if target and int(target) == rank else None
-
-
-def injected_frozen_layer() -> str | None:
-    """A layer (`blocks.1`) whose gradients are scaled to 1e-9 on every rank, as a layer that has
-    stopped learning: TRAINSTACK_FREEZE=<layer>; None for none."""
-    return os.environ.get("TRAINSTACK_FREEZE") or None
+def _rank_step(environ: Mapping[str, str], name: str, rank: int) -> int | None:
+    """`<rank>:<step>` for this rank's step; None for another rank's, or a malformed value (warned)."""
+    value = environ.get(name, "")
+    if not value:
+        return None
+    target, _, step = value.partition(":")
+    if not (target.isdigit() and step.isdigit()):
+        logging.getLogger("trainstack").warning("%s=%r ignored: expected <rank>:<step>", name, value)
+        return None
+    return int(step) if int(target) == rank else None
 
 
 def hang_forever() -> NoReturn:

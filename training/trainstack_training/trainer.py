@@ -21,7 +21,7 @@ from trainstack_training.config import ConfigError, TrainConfig
 from trainstack_training.data.images import ImageSet
 from trainstack_training.data.sampler import EpochShuffle, ShardPlan, micro_batch_indices
 from trainstack_training.data.tokens import DataError, TokenShards
-from trainstack_training.faults import StopRequest, hang_forever, injected_frozen_layer, injected_hang, injected_nan
+from trainstack_training.faults import FaultHooks, StopRequest
 from trainstack_training.health import (
     HealthMonitor,
     HealthRuleTrippedError,
@@ -127,14 +127,10 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
     throughput = Throughput(flops_per_token, peak_flops(context.device, config.precision), context.world_size)
     job_batch = config.micro_batch_size * config.grad_accum * context.world_size  # examples per step, all nodes
     tensorboard = open_tensorboard(config.tensorboard_dir) if config.tensorboard_dir and context.is_main else None
-    hang_at = injected_hang(context.rank)
-    nan_at = injected_nan(context.rank)
+    faults = FaultHooks.read(context.rank)  # test-only; nothing outside the twin
+    faults.install(parallel.model.named_parameters(), layer_of)
     health = HealthMonitor(config.health_rules, fp16=config.precision == "fp16")
     replicas = _shard_replicas(config, context.world_size)
-    if frozen := injected_frozen_layer():
-        for name, parameter in parallel.model.named_parameters():
-            if layer_of(name) == frozen:
-                parameter.register_hook(lambda grad: grad * 1e-9)
     parallel.module.train()
     while progress.step < config.max_steps:
         step = progress.step + 1  # as the metric lines number it
@@ -142,8 +138,7 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
         loss = torch.zeros((), device=context.device)
         for micro_step in range(config.grad_accum):
             watchdog.reached(Point.DATA, step, micro_step)
-            if step == hang_at:
-                hang_forever()
+            faults.before_batch(step)
             inputs, targets = dataset.batch(micro_batch_indices(plan, shuffle, progress.data.position, micro_step))
             inputs, targets = inputs.to(context.device), targets.to(context.device)
             watchdog.reached(Point.COMPUTE, step, micro_step)
@@ -152,9 +147,7 @@ def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watc
                 parallel.no_sync() if not last else contextlib.nullcontext(),
                 autocast(config.precision, context.device, casts_itself),
             ):
-                micro_loss = parallel.module(inputs, targets) / config.grad_accum
-                if step == nan_at:
-                    micro_loss = micro_loss * float("nan")
+                micro_loss = faults.loss(step, parallel.module(inputs, targets) / config.grad_accum)
                 (scaler.scale(micro_loss) if scaler else micro_loss).backward()
             loss += micro_loss.detach()
         watchdog.reached(Point.OPTIMIZER, step)
