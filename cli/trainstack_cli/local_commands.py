@@ -11,10 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-from rich.console import Console
-
 from trainstack_cli.operate_command import follow
 from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, CliError, Stack, find_stack
+from trainstack_cli.views import console as cli_console
 from trainstack_cli.views import duration
 
 TEMPLATE = Path("cdk.out") / "trainstack.template.json"
@@ -29,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"{template_path} is missing; run `make synth` first", EXIT_BAD_INPUT)
     template = json.loads(template_path.read_text())
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="trainstack-local-"))
-    console = Console(soft_wrap=True)  # a long line (a path, a job name) stays one line
+    console = cli_console()
     if args.local_command == "serve":
         with serve(template, workdir, port=args.port) as (served, _, _):
             for name, value in served.environment().items():

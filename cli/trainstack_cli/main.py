@@ -215,11 +215,10 @@ def _plan(path: Path, as_json: bool) -> int:
     if as_json:
         print(json.dumps(plan.to_json(), indent=2))
     else:
-        from rich.console import Console
-
         from trainstack_cli.plan_view import show
+        from trainstack_cli.views import console
 
-        show(plan, str(path), Console())
+        show(plan, str(path), console())
         for problem in plan_problems(plan):
             print(f"{path}: {problem}", file=sys.stderr)
     return 0 if plan.fits and plan.within_budget else 1

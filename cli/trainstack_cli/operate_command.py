@@ -14,11 +14,12 @@ from rich.live import Live
 from trainstack_cli import operate
 from trainstack_cli.runs import RunView
 from trainstack_cli.stack import EXIT_OK, EXIT_RUN_FAILED, Stack
+from trainstack_cli.views import console as cli_console
 from trainstack_cli.views import live_line, runs_table, status_view, stopped_view
 
 
 def operate_command(args: argparse.Namespace, stack: Stack) -> int:
-    console = Console(soft_wrap=True)  # a long line (a path, a job name) stays one line
+    console = cli_console()
     if args.command in ("submit", "resume"):
         if args.command == "submit":
             name = operate.submit(stack, args.spec, args.source, args.inline)

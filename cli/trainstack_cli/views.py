@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
+import sys
+from typing import TextIO
+
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -17,6 +20,18 @@ STATUS_STYLES = {
     "ABORTED": "yellow",
     "Stopped": "yellow",
 }
+
+
+# Off a terminal (piped to a file or a program) rich would fit tables into 80 columns and cut every
+# value short ("train…"); there the width is unbounded, so every value is printed whole.
+UNBOUNDED_WIDTH = 100_000
+
+
+def console(file: TextIO | None = None) -> Console:
+    """The CLI's console: a terminal's width on a terminal, whole values elsewhere; a long line (a
+    path, a job name) stays one line."""
+    stream = file or sys.stdout
+    return Console(file=stream, soft_wrap=True, width=None if stream.isatty() else UNBOUNDED_WIDTH)
 
 
 def usd(value: float | None) -> str:

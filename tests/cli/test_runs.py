@@ -12,8 +12,9 @@ from botocore.exceptions import ClientError
 from trainstack import facts
 from trainstack.identity import Run
 from trainstack.metric_definitions import metric_definitions
-from trainstack_cli.runs import latest_metrics, position, run_identity, run_view, trial_index, trial_view
+from trainstack_cli.runs import RunView, latest_metrics, position, run_identity, run_view, trial_index, trial_view
 from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_NO_STACK, CliError, aws_errors, find_stack
+from trainstack_cli.views import console, runs_table
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 PRICE = facts.instance("ml.p4d.24xlarge").price_per_hour
@@ -163,3 +164,12 @@ def test_a_spec_named_like_a_trial_is_not_read_as_one():
     name = Run("s3://b/jobs/x.yaml#v1").trial().job_name("p", "gpt-t5-small")  # a single job, not trial 5
     assert trial_index(name) == 0
     assert trial_index(Run("s3://b/jobs/x.yaml#v1").trial(2).job_name("p", "gpt-t5-small", attempt=1)) == 2
+
+
+def test_off_a_terminal_the_runs_table_prints_every_value_whole(tmp_path):
+    long_name = "trainstack-" + "a-very-long-spec-name-" * 3 + "0123456789ab"
+    run = RunView(long_name, "arn:aws:states:us-east-1:1:execution:sm:x", "RUNNING", "WaitForJob", "2026-11-25 10:00", "", 5, "")
+    with (tmp_path / "out.txt").open("w") as piped:
+        console(piped).print(runs_table([run]))
+    printed = (tmp_path / "out.txt").read_text()
+    assert long_name in printed and "WaitForJob" in printed and "…" not in printed
