@@ -59,7 +59,7 @@ def s3_object_counter() -> Callable[[str], int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         return _dispatch(args)
     except CliError as error:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainstack",
         description=__doc__.splitlines()[0],
@@ -78,55 +78,59 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     for name in ("validate", "render"):
-        command = commands.add_parser(name)
-        command.add_argument("spec", type=Path)
+        what = {
+            "validate": "check a spec offline: every rule, the script's contract, the plan",
+            "render": "the CreateTrainingJob request a spec makes (offline)",
+        }
+        command = commands.add_parser(name, help=what[name])
+        command.add_argument("spec", type=Path, help="the job spec (YAML or JSON)")
         command.add_argument("--check-s3", action="store_true", help="count ShardedByS3Key objects in S3 (needs credentials)")
         if name == "render":
             command.add_argument("--json", action="store_true", help="print the request as JSON (the default)")
             command.add_argument("--outputs", type=Path, help="cdk deploy --outputs-file JSON with the stack's values")
-            command.add_argument("--region", default="us-east-1")
+            command.add_argument("--region", default="us-east-1", help="the region the job would run in (its image registry)")
             command.add_argument("--lineage", help="what the job name derives from (default: the spec's path)")
         else:
             command.add_argument("--region", help="also check that the framework image exists in this region")
     plan_command = commands.add_parser("plan", help="will it fit, how fast, what can it cost (offline)")
-    plan_command.add_argument("spec", type=Path)
+    plan_command.add_argument("spec", type=Path, help="the job spec (YAML or JSON)")
     plan_command.add_argument("--json", action="store_true", help="the plan as JSON, with the verdict as booleans")
-    commands.add_parser("schema")
+    commands.add_parser("schema", help="the job spec's JSON Schema, for editors")
     redrive_command = commands.add_parser("redrive", help="deliver the events EventBridge could not (needs credentials)")
     redrive_command.add_argument("--outputs", type=Path, required=True, help="cdk deploy --outputs-file JSON")
     redrive_command.add_argument("--stack", help="the stack's name, when the file holds several")
 
     submit = _stack_command(commands, "submit", "validate a spec here, upload it (and --source), start the run")
-    submit.add_argument("spec", type=Path)
+    submit.add_argument("spec", type=Path, help="the job spec (YAML or JSON)")
     submit.add_argument("--source", type=Path, help="a local folder packed as sourcedir.tar.gz into the artifacts bucket")
     submit.add_argument("--inline", action="store_true", help="start an execution with the spec inline instead of uploading it")
     submit.add_argument("--wait", action="store_true", help="follow the run live until it ends; the exit code is the run's")
     runs = _stack_command(commands, "runs", "recent runs: status, trials, billable seconds, cost so far")
-    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--limit", type=int, default=20, help="how many runs, newest first (default: 20)")
     status = _stack_command(commands, "status", "a run's state, trials, history, latest metrics, cost so far")
     status.add_argument("run", help="the execution's name (or ARN), as `runs` lists it")
     logs = _stack_command(commands, "logs", "a trial's training job logs (CloudWatch Logs)")
-    logs.add_argument("run")
+    logs.add_argument("run", help="the execution's name (or ARN), as `runs` lists it")
     logs.add_argument("--trial", type=int, help="the trial of a sweep (default: the latest job)")
     logs.add_argument("--host", help="one host, e.g. algo-2 (default: every host)")
     logs.add_argument("--follow", action="store_true", help="keep printing until the job ends")
     stop = _stack_command(commands, "stop", "stop the run and its jobs (their checkpoints are kept)")
-    stop.add_argument("run")
+    stop.add_argument("run", help="the execution's name (or ARN), as `runs` lists it")
     resume = _stack_command(commands, "resume", "continue a stopped or failed run (started inline) from its checkpoints")
-    resume.add_argument("run")
+    resume.add_argument("run", help="the stopped or failed execution's name (or ARN)")
     resume.add_argument("--wait", action="store_true", help="follow the new run live until it ends")
 
     local = commands.add_parser("local", help="the stack emulated on this machine (needs `make synth`)")
     local_commands = local.add_subparsers(dest="local_command", required=True)
     serve = local_commands.add_parser("serve", help="serve the emulated stack on 127.0.0.1 for any AWS client")
     serve.add_argument("--port", type=int, default=0, help="default: a free port")
-    serve.add_argument("--workdir", type=Path)
+    serve.add_argument("--workdir", type=Path, help="where the hosts' /opt/ml trees go (default: a new temporary folder)")
     serve.add_argument("--template", type=Path, help="the synthesized template (default: cdk.out's)")
     run = local_commands.add_parser("run", help="one run on the emulated stack, shown live; the exit code is the run's")
     run.add_argument("spec", type=Path, nargs="?", help="default: the embedded default job")
-    run.add_argument("--source", type=Path)
+    run.add_argument("--source", type=Path, help="a local folder to run instead of training/ (packed as sourcedir.tar.gz)")
     run.add_argument("--output-dir", type=Path, default=Path("local-output"), help="where model.tar.gz is copied")
-    run.add_argument("--workdir", type=Path)
+    run.add_argument("--workdir", type=Path, help="where the hosts' /opt/ml trees go (default: a new temporary folder)")
     run.add_argument("--template", type=Path, help="the synthesized template (default: cdk.out's)")
     return parser
 
@@ -135,8 +139,8 @@ def _stack_command(commands: Any, name: str, help_text: str) -> argparse.Argumen
     command = commands.add_parser(name, help=help_text)
     command.add_argument("--stack", help=f"the deployed stack's name (default: ${STACK_VARIABLE})")
     command.add_argument("--outputs", type=Path, help=f"cdk deploy --outputs-file JSON (default: ${OUTPUTS_VARIABLE})")
-    command.add_argument("--profile")
-    command.add_argument("--region")
+    command.add_argument("--profile", help="the AWS profile (default: the AWS SDK's usual chain)")
+    command.add_argument("--region", help="the stack's region (default: the profile's, or $AWS_REGION)")
     if name != "submit":
         command.add_argument("--json", action="store_true", help="machine-readable output")
     else:

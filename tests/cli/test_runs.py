@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -173,3 +174,23 @@ def test_off_a_terminal_the_runs_table_prints_every_value_whole(tmp_path):
         console(piped).print(runs_table([run]))
     printed = (tmp_path / "out.txt").read_text()
     assert long_name in printed and "WaitForJob" in printed and "…" not in printed
+
+
+def test_every_command_and_option_of_the_cli_says_what_it_does():
+    from trainstack_cli.main import build_parser
+
+    undocumented = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {choice.dest: choice.help for choice in action._choices_actions}
+                for name, sub in action.choices.items():
+                    if not helps.get(name):
+                        undocumented.append(f"{path} {name}")
+                    walk(sub, f"{path} {name}")
+            elif not isinstance(action, argparse._HelpAction) and not action.help:
+                undocumented.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "trainstack")
+    assert undocumented == []
