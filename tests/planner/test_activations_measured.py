@@ -19,7 +19,8 @@ from trainstack_training.model_sizes import GPT_SIZES
 from trainstack_training.models import build_model
 from trainstack_training.strategies.memory import apply_block_wrappers
 
-TOLERANCE = 0.15
+# The plan may err high (a plan that fits must fit), never low: measured here, it is 0.2% to 5.5% above.
+OVER_AT_MOST = 0.06
 
 
 def _measured(name: str, micro_batch: int, checkpointing: bool) -> int:
@@ -45,7 +46,7 @@ def _planned(name: str, micro_batch: int, checkpointing: bool) -> int:
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
 @pytest.mark.parametrize("micro_batch", [4, 16])
 @pytest.mark.parametrize("name", ["gpt-tiny", "gpt-small-bytes"])
-def test_activation_memory_is_within_15_percent_of_the_measured(name, micro_batch, checkpointing):
+def test_activation_memory_is_never_below_the_measured_and_at_most_6_percent_above(name, micro_batch, checkpointing):
     measured = _measured(name, micro_batch, checkpointing)
     planned = _planned(name, micro_batch, checkpointing)
-    assert abs(planned - measured) <= TOLERANCE * measured, (planned, measured, planned / measured)
+    assert measured <= planned <= (1 + OVER_AT_MOST) * measured, (planned, measured, planned / measured)
