@@ -278,3 +278,25 @@ def test_notify_sends_final_metrics_duration_billable_seconds_cost_and_links(stu
         7200,
     )
     assert line["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["Prefix", "Status"]]
+
+
+def test_a_late_stop_of_a_stopped_run_leaves_the_jobs_of_the_run_that_resumed_it(stubbed):
+    from trainstack.identity import Run
+
+    first = {"spec": {"name": "x"}, "lineage": "nightly"}
+    original, resumed = Run("execution:nightly"), Run("execution:nightly", resume="nightly-resume-1")
+    names = [original.trial().job_name("trainstack", "x"), resumed.trial().job_name("trainstack", "x")]
+    summaries = [
+        {"TrainingJobName": name, "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:1:training-job/{name}",
+         "CreationTime": "2026-01-01", "TrainingJobStatus": "InProgress"}
+        for name in names
+    ]  # fmt: skip
+    listing = {"NameContains": original.digest, "StatusEquals": "InProgress"}  # the lineage's digest: both runs' jobs
+    stubbed["sagemaker"].add_response("list_training_jobs", {"TrainingJobSummaries": summaries}, listing)
+    stubbed["sagemaker"].add_response("stop_training_job", {}, {"TrainingJobName": names[0]})
+    stopped = stop.handler({"detail": {"input": json.dumps(first), "name": "nightly", "status": "ABORTED"}})["stopped"]
+    assert stopped == [names[0]]  # the stopped run's own job, not the resumed run's
+    stubbed["sagemaker"].add_response("list_training_jobs", {"TrainingJobSummaries": summaries}, listing)
+    stubbed["sagemaker"].add_response("stop_training_job", {}, {"TrainingJobName": names[1]})
+    resume_event = {"detail": {"input": json.dumps({**first, "resume": True}), "name": "nightly-resume-1", "status": "FAILED"}}
+    assert stop.handler(resume_event)["stopped"] == [names[1]]  # and the resumed run stops only its own
