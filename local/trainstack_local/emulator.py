@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import zipfile
 from collections.abc import Iterator
@@ -73,6 +74,9 @@ def training_files(workdir: Path) -> TrainingFiles:
     return TrainingFiles(write_source_tarball(TRAINING, workdir / "sourcedir.tar.gz"), TRAINING / ENTRY_FILE)
 
 
+MOTO_INTERPRETER_LOGGER = "moto.stepfunctions.parser"
+
+
 @contextmanager
 def local_aws(
     template: dict[str, Any],
@@ -87,6 +91,10 @@ def local_aws(
     from moto import mock_aws
 
     os.environ.update(LOCAL_ENVIRONMENT)
+    # moto's Step Functions interpreter logs every failed or stopped execution at ERROR with its whole
+    # evaluation state (tens of kilobytes, "Exception=FailureEventException ..."): emulator
+    # internals, not what a user of the stack sees; the run's status and cause say what failed.
+    logging.getLogger(MOTO_INTERPRETER_LOGGER).setLevel(logging.CRITICAL)
     twin = SageMakerTwin(workdir, images or ImageRegistry(), region=REGION, settings=settings)
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),

@@ -10,8 +10,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trainstack import facts
+from trainstack_local.pipeline import DEFAULT_JOB
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -43,4 +45,15 @@ def test_the_default_job_runs_to_a_summary_with_the_final_loss_and_the_model_on_
     runtime = facts.image_version("dlc", facts.versions("dlc")[-1]).runtime
     (ran_on,) = re.findall(r"runtime: (.+)$", result.stdout, re.MULTILINE)
     assert ran_on.startswith(f"torch {runtime.torch}, Python {runtime.python}.")
+    assert result.stderr == ""
+
+
+def test_a_failing_run_ends_with_its_reason_and_no_emulator_internals(template, tmp_path):
+    spec = tmp_path / "failing.yaml"
+    default = yaml.safe_load(DEFAULT_JOB.read_text())
+    spec.write_text(yaml.safe_dump({**default, "hyperparameters": {**default["hyperparameters"], "data_dir": "/no/such/data"}}))
+    result = local_run(template, tmp_path, str(spec))
+    assert result.returncode == 1
+    assert re.search(r"^run \S+: FAILED \(.*/no/such/data", result.stdout, re.MULTILINE), result.stdout[-2000:]
+    assert "FailureEventException" not in result.stderr and "Stepfunctions computation" not in result.stderr
     assert result.stderr == ""
