@@ -9,6 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from trainstack.billing import cost_basis
 from trainstack.run_report import job_links
 from trainstack_cli.runs import RunView, TrialView
 
@@ -44,7 +45,18 @@ def duration(seconds: int) -> str:
 
 
 def runs_table(runs: list[RunView]) -> Table:
-    table = Table("run", "status", "state", "trials", "started", "duration", "billable s", "cost", title="runs, newest first")
+    table = Table(
+        "run",
+        "status",
+        "state",
+        "trials",
+        "started",
+        "duration",
+        "billable s",
+        "est. cost",
+        title="runs, newest first",
+        caption=cost_basis(),
+    )
     for run in runs:
         trials = ", ".join(f"{t.status}" for t in run.trials) or "-"
         table.add_row(
@@ -67,7 +79,7 @@ def status_view(run: RunView) -> RenderableType:
     parts: list[RenderableType] = [header]
     if run.cause:
         parts.append(Text(run.cause, style="red"))
-    table = Table("trial", "job", "status", "instances", "step", "loss", "tokens/s", "billable s", "cost so far")
+    table = Table("trial", "job", "status", "instances", "step", "loss", "tokens/s", "billable s", "est. cost so far")
     for trial in run.trials:
         table.add_row(
             str(trial.trial),
@@ -93,7 +105,10 @@ def status_view(run: RunView) -> RenderableType:
         for name, link in job_links(run.execution_arn, trial.job_name).items():
             parts.append(Text(f"{trial.job_name}: {name} {link}", style="dim"))
     parts.append(
-        Text(f"billable {run.billable_seconds} instance-seconds, cost so far {usd(run.cost_usd)} (on-demand prices)", style="dim")
+        Text(
+            f"billable {run.billable_seconds} instance-seconds, estimated cost so far {usd(run.cost_usd)} ({cost_basis()})",
+            style="dim",
+        )
     )
     return Group(*parts)
 

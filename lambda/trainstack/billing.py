@@ -14,3 +14,12 @@ def billed_usd(instance_type: str, instances: int, billable_seconds: int) -> flo
     if instance is None or instance.price_per_hour is None:
         return None
     return round(instance.price_per_hour * instances * billable_seconds / 3600, 4)
+
+
+def cost_basis() -> str:
+    """What every cost figure is, said where one is shown: an estimate, not the bill."""
+    prices = facts.prices()
+    return (
+        f"estimate: billable seconds x {prices['source']}, {prices['region']} list prices as of {prices['as_of']}; "
+        "not your bill (discounts, savings plans and other regions differ)"
+    )

@@ -174,6 +174,7 @@ def test_off_a_terminal_the_runs_table_prints_every_value_whole(tmp_path):
         console(piped).print(runs_table([run]))
     printed = (tmp_path / "out.txt").read_text()
     assert long_name in printed and "WaitForJob" in printed and "…" not in printed
+    assert "est. cost" in printed and "estimate: billable seconds x" in printed  # a cost is said to be an estimate
 
 
 def test_every_command_and_option_of_the_cli_says_what_it_does():

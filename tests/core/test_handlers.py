@@ -267,6 +267,10 @@ def test_notify_sends_final_metrics_duration_billable_seconds_cost_and_links(stu
         3600,
     )
     assert reported["cost_usd"] == message["cost_usd"] == pytest.approx(2 * hourly)
+    assert (
+        message["cost_basis"].startswith("estimate: billable seconds x EC2 on-demand")
+        and "not your bill" in message["cost_basis"]
+    )
     assert message["links"]["execution"].startswith("https://eu-west-1.console.aws.amazon.com/states/home?region=eu-west-1#")
     assert reported["links"]["job"].endswith("#/jobs/trainstack-x")
     assert "$252Faws$252Fsagemaker$252FTrainingJobs$3FlogStreamNameFilter$3Dtrainstack-x" in reported["links"]["logs"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from trainstack.billing import cost_basis
 from trainstack.errors import SpecInvalidError
 from trainstack.handlers.environment import client, environment
 from trainstack.run_report import execution_link, job_links, metric_lines
@@ -36,6 +37,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
                 trial["links"] = job_links(execution, trial["job_name"])
     costs = [t.get("cost_usd") for t in outcome["trials"] if "cost_usd" in t]
     outcome["cost_usd"] = None if None in costs else round(sum(costs), 4)
+    outcome["cost_basis"] = cost_basis()
     for line in metric_lines(outcome["trials"], environment().stack.name_prefix, int(time.time() * 1000)):
         print(line, flush=True)  # Lambda's log delivery extracts the metrics
     notified = True
