@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_EC2_METADATA_DISABLED := true
 export CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
-.PHONY: setup synth lint test test-fast cost local bench-train bench-data bench-lambda image clean facts
+.PHONY: setup synth lint test test-fast cost local fuzz bench-train bench-data bench-lambda image clean facts
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed $(SDK_VENV)/.installed ## venv + pinned deps + npm ci (idempotent)
 
@@ -90,6 +90,10 @@ local: setup ## install, then synth + gates + idle cost, then the whole pipeline
 	@$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json --total
 	@$(PY) tools/image_runtimes.py --default
 	@$(VENV)/bin/trainstack local run
+
+FUZZ_EXAMPLES ?= 5000
+fuzz: setup ## the spec fuzz tests with a large budget (make test runs them with 150 examples each)
+	TRAINSTACK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q tests/core/test_spec_fuzz.py
 
 bench-train: setup ## our entry point vs a bare PyTorch loop (tokens/s, medians) and checkpoint cost, on CPU
 	$(PY) tools/bench_train.py
