@@ -139,13 +139,14 @@ def mutated_specs(draw: st.DrawFn) -> dict[str, Any]:
             spec[field] = draw(from_schema(SCHEMA["properties"][field], SCHEMA))
         elif how == "inside":
             path = draw(st.sampled_from(paths(spec)))
-            current = replaced_value = draw(VALUES)
             inner = spec
             for key in path:
                 inner = inner[key]
-            if isinstance(inner, dict | list) and inner:
+            choices = [draw(VALUES)]
+            if isinstance(inner, dict | list) and inner:  # or emptied, or made huge
                 huge = inner * 100 if isinstance(inner, list) else {**inner, **{f"k{i}": i for i in range(150)}}
-                current = draw(st.sampled_from([type(inner)(), huge, replaced_value]))
+                choices += [type(inner)(), huge]
+            current = draw(st.sampled_from(choices))
             spec = replaced(spec, path, current)
         else:
             spec[field] = draw(VALUES)
