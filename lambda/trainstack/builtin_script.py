@@ -109,9 +109,10 @@ def _runtime_problems(spec: JobSpec, resolution: Plan, model: str) -> list[Probl
 
 
 def _has(runtime: Runtime, need: Need) -> bool:
-    installed = runtime.packages.get(need.package)
+    """Whether the image has the package, at the major release the need names (an unknown is no)."""
     if not need.package_major:
-        return bool(installed)
+        return bool(runtime.has(need.package))
+    installed = runtime.packages.get(need.package)
     return isinstance(installed, str) and int(installed.split(".")[0]) >= need.package_major
 
 

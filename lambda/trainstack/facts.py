@@ -41,9 +41,6 @@ class Runtime:
     def numpy_major(self) -> str:
         return str(self.packages.get("numpy") or "")
 
-    def describe(self) -> str:
-        return f"torch {self.torch}, Python {self.python}"
-
 
 @dataclass(frozen=True)
 class ImageVersion:
