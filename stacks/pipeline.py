@@ -146,7 +146,9 @@ class TrainingPipeline(Construct):
             iam.PolicyStatement(actions=["sagemaker:DescribeTrainingJob"], resources=[jobs_arn])
         )
         stop_role = self.functions["stop"].role
-        stop_role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:StopTrainingJob"], resources=[jobs_arn]))
+        stop_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["sagemaker:StopTrainingJob", "sagemaker:ListTags"], resources=[jobs_arn])
+        )
         stop_role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:ListTrainingJobs"], resources=["*"]))
         topic.grant_publish(self.functions["notify"])
 
@@ -270,6 +272,7 @@ class TrainingPipeline(Construct):
                 "trial_count": sfn.JsonPath.number_at("$.trial_count"),
                 "attempt": sfn.JsonPath.math_add(sfn.JsonPath.number_at("$.attempt"), 1),
                 "deadline": sfn.JsonPath.string_at("$.deadline"),
+                "execution": sfn.JsonPath.string_at("$.execution"),
                 "job": sfn.JsonPath.object_at("$.job"),
             },
         )
@@ -319,6 +322,7 @@ class TrainingPipeline(Construct):
                 "trial": sfn.JsonPath.object_at("$$.Map.Item.Value"),
                 "attempt": 0,
                 "deadline": sfn.JsonPath.string_at("$.deadline"),
+                "execution": sfn.JsonPath.string_at("$$.Execution.Name"),  # tags its jobs, for Stop
             },
             result_path="$.results",
         )

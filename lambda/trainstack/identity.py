@@ -28,6 +28,10 @@ TAG_SPEC = "trainstack:spec"
 TAG_LINEAGE = "trainstack:lineage"
 TAG_TRIAL = "trainstack:trial"
 TAG_STRATEGY = "trainstack:strategy"
+# The execution that created the job: Stop stops only its own execution's jobs, never those of a
+# duplicate execution of the same trigger that found them already made.
+TAG_EXECUTION = "trainstack:execution"
+TAG_KEYS = (TAG_SPEC, TAG_LINEAGE, TAG_TRIAL, TAG_STRATEGY, TAG_EXECUTION)
 
 
 # The suffix `Trial.job_name` writes, read back from the end of a name: the spec part before it is
@@ -125,9 +129,11 @@ class Trial:
         """Key prefix (in the artifacts bucket) of this trial's checkpoints."""
         return f"{CHECKPOINTS_PREFIX}{spec_name}/{self.checkpoint_digest}/"
 
-    def tags(self, spec_name: str, strategy: str) -> list[dict[str, str]]:
+    def tags(self, spec_name: str, strategy: str, execution: str | None = None) -> list[dict[str, str]]:
         tags = [{"Key": TAG_SPEC, "Value": spec_name}, {"Key": TAG_LINEAGE, "Value": self.checkpoint_digest}]
         if self.index is not None:
             tags.append({"Key": TAG_TRIAL, "Value": str(self.index)})
         tags.append({"Key": TAG_STRATEGY, "Value": strategy})
+        if execution is not None:
+            tags.append({"Key": TAG_EXECUTION, "Value": execution})
         return tags

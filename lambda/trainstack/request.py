@@ -63,10 +63,12 @@ def build_request(
     trial: Trial,
     overrides: dict[str, Any] | None = None,
     attempt: int = 0,
+    execution: str | None = None,
 ) -> dict[str, Any]:
     """The CreateTrainingJob request for one attempt of one trial. The trial's identity names the
     job and its checkpoint location: its attempts share checkpoints and resume, other trials never
-    see them. `overrides` are the trial's hyperparameters."""
+    see them. `overrides` are the trial's hyperparameters; `execution` names the state-machine
+    execution that creates the job (a tag, so that its Stop stops only its own jobs)."""
     job_name = trial.job_name(stack.name_prefix, spec.name, attempt)
     artifacts = f"s3://{stack.artifacts_bucket}"
     inputs = [_channel(name, channel.s3_uri, channel.mode, channel.distribution) for name, channel in spec.inputs.items()]
@@ -108,7 +110,7 @@ def build_request(
         if spec.inter_container_encryption is None
         else spec.inter_container_encryption,
         "EnableManagedSpotTraining": spec.spot.enabled,
-        "Tags": [{"Key": k, "Value": v} for k, v in spec.tags.items()] + trial.tags(spec.name, plan.strategy),
+        "Tags": [{"Key": k, "Value": v} for k, v in spec.tags.items()] + trial.tags(spec.name, plan.strategy, execution),
     }
     if stack.entry_s3_uri and not spec.image:  # script mode in a framework image: PID 1 forwards SIGTERM
         request["AlgorithmSpecification"]["ContainerEntrypoint"] = container_entrypoint(stack.entry_s3_uri)

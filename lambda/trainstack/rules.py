@@ -18,6 +18,7 @@ from typing import Any
 from trainstack import facts, images
 from trainstack.api_model import matches_pattern, member_metadata
 from trainstack.facts import ImageKind, ImageUnavailableError
+from trainstack.identity import TAG_KEYS
 from trainstack.images import MPI, SMDATAPARALLEL, TORCH_DISTRIBUTED, Resolution
 from trainstack.instances import CATALOG, InstanceType, efa_environment, lookup
 from trainstack.spec import JobSpec
@@ -787,10 +788,13 @@ def _hyperparameters(spec: JobSpec, plan: Plan) -> list[Problem]:
 
 def _names(spec: JobSpec, plan: Plan) -> list[Problem]:
     problems = []
-    if len(spec.tags) > MAX_TAGS - 5:
+    if len(spec.tags) > MAX_TAGS - len(TAG_KEYS):
         problems.append(
             Problem(
-                "tags", len(spec.tags), f"at most {MAX_TAGS - 5} user tags (trainstack adds its lineage tags)", "drop some tags"
+                "tags",
+                len(spec.tags),
+                f"at most {MAX_TAGS - len(TAG_KEYS)} user tags (trainstack adds its identity tags)",
+                "drop some tags",
             )
         )
     for key, value in spec.tags.items():

@@ -121,11 +121,29 @@ def test_stop_stops_only_this_runs_in_progress_jobs(stubbed):
     stubbed["sagemaker"].add_response(
         "list_training_jobs", {"TrainingJobSummaries": summaries}, {"NameContains": digest, "StatusEquals": "InProgress"}
     )
+    stubbed["sagemaker"].add_response(
+        "list_tags",
+        {"Tags": [{"Key": "trainstack:execution", "Value": "exec-1"}]},
+        {"ResourceArn": summaries[0]["TrainingJobArn"]},
+    )
     stubbed["sagemaker"].add_response("stop_training_job", {}, {"TrainingJobName": f"trainstack-x-{digest}"})
     result = stop.handler(
         {"detail": {"input": json.dumps(event_input), "name": "exec-1", "executionArn": "arn:x", "status": "ABORTED"}}
     )
     assert result["stopped"] == [f"trainstack-x-{digest}"]
+
+
+def test_stop_of_a_duplicate_execution_leaves_the_job_another_execution_created(stubbed):
+    from trainstack.identity import Run
+
+    event_input = {"detail": {"bucket": {"name": "b"}, "object": {"key": "jobs/x.yaml", "version-id": "v1"}}}
+    name = Run("s3://b/jobs/x.yaml#v1").trial().job_name("trainstack", "x")
+    arn = f"arn:aws:sagemaker:us-east-1:1:training-job/{name}"
+    summary = {"TrainingJobName": name, "TrainingJobArn": arn, "CreationTime": "2026-01-01", "TrainingJobStatus": "InProgress"}
+    stubbed["sagemaker"].add_response("list_training_jobs", {"TrainingJobSummaries": [summary]})
+    stubbed["sagemaker"].add_response("list_tags", {"Tags": [{"Key": "trainstack:execution", "Value": "original"}]})
+    duplicate = {"detail": {"input": json.dumps(event_input), "name": "redelivered", "status": "FAILED"}}
+    assert stop.handler(duplicate)["stopped"] == []  # the stub refuses any stop_training_job call
 
 
 def test_validate_refuses_a_missing_spec_with_where_it_looked(stubbed):
@@ -297,10 +315,12 @@ def test_a_late_stop_of_a_stopped_run_leaves_the_jobs_of_the_run_that_resumed_it
     ]  # fmt: skip
     listing = {"NameContains": original.digest, "StatusEquals": "InProgress"}  # the lineage's digest: both runs' jobs
     stubbed["sagemaker"].add_response("list_training_jobs", {"TrainingJobSummaries": summaries}, listing)
+    stubbed["sagemaker"].add_response("list_tags", {"Tags": [{"Key": "trainstack:execution", "Value": "nightly"}]})
     stubbed["sagemaker"].add_response("stop_training_job", {}, {"TrainingJobName": names[0]})
     stopped = stop.handler({"detail": {"input": json.dumps(first), "name": "nightly", "status": "ABORTED"}})["stopped"]
     assert stopped == [names[0]]  # the stopped run's own job, not the resumed run's
     stubbed["sagemaker"].add_response("list_training_jobs", {"TrainingJobSummaries": summaries}, listing)
+    stubbed["sagemaker"].add_response("list_tags", {"Tags": []})  # created before jobs carried the tag: stopped
     stubbed["sagemaker"].add_response("stop_training_job", {}, {"TrainingJobName": names[1]})
     resume_event = {"detail": {"input": json.dumps({**first, "resume": True}), "name": "nightly-resume-1", "status": "FAILED"}}
     assert stop.handler(resume_event)["stopped"] == [names[1]]  # and the resumed run stops only its own

@@ -28,7 +28,7 @@ from tests.training.launch import TRAIN, environment
 from trainstack.s3uri import split_s3_uri
 from trainstack_local.emulator import REGION, local_aws, training_files
 from trainstack_local.pipeline import finish, upload_sample_data
-from trainstack_local.sagemaker_twin import TwinSettings
+from trainstack_local.sagemaker_twin import TwinSettings, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -214,3 +214,37 @@ def test_a_run_resumes_with_another_data_parallel_degree(twin_stack, before, aft
 def _object(uri: str) -> str:
     bucket, key = split_s3_uri(uri)
     return boto3.client("s3", region_name=REGION).get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+
+
+def test_a_duplicate_execution_that_ends_early_leaves_the_job_the_original_created(twin_stack):
+    stack, twin = twin_stack
+    job = spec("duplicate")
+    original = start_inline(stack, job, "dup-1", lineage="dup-lineage")  # a redelivered trigger: the same lineage
+    run = job_run(twin, job_name(stack, job, "dup-1", lineage="dup-lineage"))
+    wait_for_step(run, 5)
+    duplicate = start_inline(stack, job, "dup-2", lineage="dup-lineage")
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    wait_for(lambda: _has_state(sfn, duplicate, "WaitForJob"), 60, "the duplicate to find the job and watch it")
+    sfn.stop_execution(executionArn=duplicate)
+    left = f"dup-2 ABORTED: left {run.name} running, created by execution dup-1"
+    wait_for(lambda: left in _function_log("trainstack-stop"), 60, "the duplicate's Stop to decide")
+    assert finish(original, timeout=300).status == "SUCCEEDED"
+    assert description(run.name)["TrainingJobStatus"] == "Completed" and len(run.attempts) == 1
+
+
+def _has_state(sfn, execution: str, state: str) -> bool:
+    events = sfn.get_execution_history(executionArn=execution)["events"]
+    return any(e.get("stateEnteredEventDetails", {}).get("name") == state for e in events)
+
+
+def _function_log(name: str) -> str:
+    logs = boto3.client("logs", region_name=REGION)
+    group = f"/aws/lambda/{name}"
+    if not logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"]:
+        return ""
+    streams = logs.describe_log_streams(logGroupName=group)["logStreams"]
+    return "\n".join(
+        event["message"]
+        for s in streams
+        for event in logs.get_log_events(logGroupName=group, logStreamName=s["logStreamName"])["events"]
+    )

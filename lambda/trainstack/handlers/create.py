@@ -22,7 +22,9 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     trial = event["trial"]
     identity = Run(**event["run"]).trial(trial["index"] if event["trial_count"] > 1 else None)
     attempt = event.get("attempt", 0)  # > 0: re-created after a capacity failure, same checkpoints
-    request = build_request(spec, plan, stack, trial=identity, overrides=trial["hyperparameters"], attempt=attempt)
+    request = build_request(
+        spec, plan, stack, trial=identity, overrides=trial["hyperparameters"], attempt=attempt, execution=event.get("execution")
+    )
     validate_request(request)
     job_name = request["TrainingJobName"]
     created = True

@@ -1,7 +1,10 @@
-"""Stop: when an execution is stopped or times out, stop the training jobs it started.
+"""Stop: when an execution is stopped, fails or times out, stop the training jobs it started.
 
-Only its own: the jobs of this execution's resume segment (`Run.made`), so that a late or redriven
-Stop of a stopped run never stops the jobs of the execution that resumed it, and the reverse."""
+Only its own: the jobs of this execution's resume segment (`Run.made`) that this execution created
+(their `trainstack:execution` tag). So a late or redriven Stop of a stopped run never stops the jobs
+of the execution that resumed it, and a duplicate execution of a redelivered trigger, which found
+the original's jobs already made, never stops them when it ends. A job without the tag was created
+before jobs carried it: it is stopped as before rather than left running unwatched."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import json
 from typing import Any
 
 from trainstack.handlers.environment import client, environment
-from trainstack.identity import Run
+from trainstack.identity import TAG_EXECUTION, Run
 from trainstack.workflow import trigger_of
 
 
@@ -22,7 +25,21 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     pages = sagemaker.get_paginator("list_training_jobs").paginate(NameContains=run.digest, StatusEquals="InProgress")
     for page in pages:
         for job in page["TrainingJobSummaries"]:
-            if run.made(job["TrainingJobName"], environment().stack.name_prefix):
-                sagemaker.stop_training_job(TrainingJobName=job["TrainingJobName"])
-                stopped.append(job["TrainingJobName"])
+            name = job["TrainingJobName"]
+            if not run.made(name, environment().stack.name_prefix):
+                continue
+            creator = _creator(sagemaker, job["TrainingJobArn"]) or detail["name"]
+            ended = f"{detail['name']} {detail.get('status', 'ended')}"
+            if creator == detail["name"]:
+                sagemaker.stop_training_job(TrainingJobName=name)
+                stopped.append(name)
+                print(f"{ended}: stopped {name}")
+            else:
+                print(f"{ended}: left {name} running, created by execution {creator}")
     return {"execution": detail.get("executionArn", ""), "stopped": stopped}
+
+
+def _creator(sagemaker: Any, job_arn: str) -> str | None:
+    """The execution that created the job, from its tag (None on a job made before jobs carried it)."""
+    tags = {tag["Key"]: tag["Value"] for tag in sagemaker.list_tags(ResourceArn=job_arn).get("Tags", [])}
+    return tags.get(TAG_EXECUTION)
