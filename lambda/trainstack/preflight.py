@@ -97,8 +97,9 @@ def _over_budget(plan: JobPlan, budget: float) -> Problem:
         return Problem(
             "budget.max_usd",
             budget,
-            f"no price is known for {', '.join(unpriced)}, so the worst case has no bound",
-            "remove the budget or choose a priced type",
+            f"{', '.join(unpriced)} has no on-demand list price (capacity blocks and training plans are priced "
+            "per offering), so the worst case has no bound",
+            "remove the budget (the plan's upfront fee is the bound) or choose an on-demand type",
         )
     dearest = max(plan.options, key=lambda o: o.cost.worst_case_usd or 0.0).cost
     rule = (

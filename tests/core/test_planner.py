@@ -100,6 +100,23 @@ def test_a_budget_below_the_worst_case_is_refused_with_the_arithmetic():
     assert f"2 x ml.p4d.24xlarge at ${price:,.2f}/h x 10 h x {1 + CAPACITY_RETRIES} jobs per trial" in message
 
 
+def test_every_catalog_type_has_a_list_price_but_those_without_an_on_demand_rate():
+    unpriced = sorted(name for name, instance in CATALOG.items() if instance.price_per_hour is None)
+    assert unpriced == ["ml.p5e.48xlarge", "ml.p6e-gb200.36xlarge", "ml.trn2.48xlarge"]
+
+
+def test_a_cpu_job_with_a_budget_is_priced_and_passes():
+    data = spec(instance_type="ml.m5.xlarge", instance_count=1, strategy="ddp", distribution=None, max_runtime="1h",
+                budget={"max_usd": 10}, hyperparameters={"model": "gpt-tiny"})  # fmt: skip
+    plan = preflight(parse_spec(data)).plan
+    assert plan.within_budget and 0 < plan.worst_case_usd < 10
+
+
+def test_a_budget_on_a_type_without_an_on_demand_rate_is_refused_with_why():
+    message = refusal(spec(instance_type="ml.p5e.48xlarge", budget={"max_usd": 100}))
+    assert "ml.p5e.48xlarge has no on-demand list price" in message and "remove the budget" in message
+
+
 def test_a_budget_above_the_worst_case_passes():
     assert preflight(parse_spec(spec(max_runtime="1h", budget={"max_usd": 100_000}))).plan.within_budget
 

@@ -9,6 +9,9 @@ none of these is left out of the catalog and refused: a wrong guess is what fail
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 # Memory per accelerator in GiB for the families the SDK's table does not list (per GPU, or per
 # NeuronCore on Trainium, the unit a training process gets). Sources: the EC2 accelerated-computing
 # pages (aws.amazon.com/ec2/instance-types/<family>/, "GPU memory" / "accelerator memory" columns)
@@ -124,58 +127,19 @@ FAMILY_GPU: dict[str, str] = {
 # Prices. SageMaker's own training rates are not machine-readable offline (its pricing page renders
 # them with JavaScript; the AWS Price List API needs the network), so the planner prices a type as
 # the EC2 on-demand rate of the same instance times SAGEMAKER_PREMIUM. EC2 rates: us-east-1, Linux,
-# from the AWS Pricing API as Karpenter generates it (aws/karpenter-provider-aws,
-# pkg/providers/pricing/zz_generated.pricing_aws.go, "generated at 2026-07-20T13:44:30Z"); they
-# include the June 2025 P4/P5 reductions. p5e has no on-demand rate (capacity blocks only): no price.
-EC2_ON_DEMAND: dict[str, float] = {
-    "ml.p3.2xlarge": 3.06,
-    "ml.p3.8xlarge": 12.24,
-    "ml.p3.16xlarge": 24.48,
-    "ml.p3dn.24xlarge": 31.212,
-    "ml.p4d.24xlarge": 21.957642,
-    "ml.p4de.24xlarge": 27.44705,
-    "ml.p5.4xlarge": 6.88,
-    "ml.p5.48xlarge": 55.04,
-    "ml.p5en.48xlarge": 63.296,
-    "ml.p6-b200.48xlarge": 113.9328,
-    "ml.g5.xlarge": 1.006,
-    "ml.g5.2xlarge": 1.212,
-    "ml.g5.4xlarge": 1.624,
-    "ml.g5.8xlarge": 2.448,
-    "ml.g5.12xlarge": 5.672,
-    "ml.g5.16xlarge": 4.096,
-    "ml.g5.24xlarge": 8.144,
-    "ml.g5.48xlarge": 16.288,
-    "ml.g6.xlarge": 0.8048,
-    "ml.g6.2xlarge": 0.9776,
-    "ml.g6.4xlarge": 1.3232,
-    "ml.g6.8xlarge": 2.0144,
-    "ml.g6.12xlarge": 4.6016,
-    "ml.g6.16xlarge": 3.3968,
-    "ml.g6.24xlarge": 6.6752,
-    "ml.g6.48xlarge": 13.3504,
-    "ml.g6e.xlarge": 1.861,
-    "ml.g6e.2xlarge": 2.24208,
-    "ml.g6e.4xlarge": 3.00424,
-    "ml.g6e.8xlarge": 4.52856,
-    "ml.g6e.12xlarge": 10.49264,
-    "ml.g6e.16xlarge": 7.57719,
-    "ml.g6e.24xlarge": 15.06559,
-    "ml.g6e.48xlarge": 30.13118,
-    "ml.g4dn.xlarge": 0.526,
-    "ml.g4dn.2xlarge": 0.752,
-    "ml.g4dn.4xlarge": 1.204,
-    "ml.g4dn.8xlarge": 2.176,
-    "ml.g4dn.12xlarge": 3.912,
-    "ml.g4dn.16xlarge": 4.352,
-}
+# from the AWS Pricing API as Karpenter generates it, kept in ec2_on_demand.json by ec2_prices.py
+# (which names the commit); they include the June 2025 P4/P5 reductions. Every catalog type has one
+# but the few the Pricing API has no us-east-1 on-demand rate for (p5e, p6e-gb200, trn2: capacity
+# blocks and training plans, priced per offering): those have no price, and the planner says why.
+_EC2_TABLE = json.loads(Path(__file__).with_name("ec2_on_demand.json").read_text())
+EC2_ON_DEMAND: dict[str, float] = _EC2_TABLE["rates"]
 # SageMaker training over EC2 for the same instance, the largest ratio among the pairs with both
 # rates sourced: ml.g5.xlarge $1.408 vs g5.xlarge $1.006 (1.40); ml.p4d.24xlarge $37.688 vs
 # p4d.24xlarge $32.7726 before the 2025 reduction (1.15). The largest, so a worst case errs high.
 SAGEMAKER_PREMIUM = 1.40
 
 PRICES = {
-    "as_of": "2026-07-20",
+    "as_of": _EC2_TABLE["generated_at"][:10],
     "region": "us-east-1",
     "currency": "USD",
     "source": f"EC2 on-demand (AWS Pricing API via Karpenter's generated table) x {SAGEMAKER_PREMIUM} SageMaker premium",
