@@ -197,7 +197,8 @@ def _option_problems(spec: JobSpec) -> list[Problem]:
 
 def _capacity(spec: JobSpec) -> list[Problem]:
     """Capacity fallback (InstancePreferences), training plans and the pending-time limit, as the
-    CreateTrainingJob API documents them."""
+    CreateTrainingJob API documents them. `check` runs it only once every option is in CATALOG and
+    `distribution` has passed (so it has no instance_groups, which are refused)."""
     problems = []
     if spec.instance_types:
         options = spec.instance_types
@@ -221,16 +222,7 @@ def _capacity(spec: JobSpec) -> list[Problem]:
                     "give one instance_type for spot, or turn spot off",
                 )
             )
-        if (spec.distribution or {}).get("instance_groups"):
-            problems.append(
-                Problem(
-                    "instance_types",
-                    options,
-                    "InstancePreferences and instance groups (heterogeneous clusters) exclude each other",
-                    "give one of them",
-                )
-            )
-        kinds = {(CATALOG[n].efa, CATALOG[n].rdma) for n in options if n in CATALOG}
+        kinds = {(CATALOG[n].efa, CATALOG[n].rdma) for n in options}
         if len(kinds) > 1:
             problems.append(
                 Problem(
@@ -261,7 +253,7 @@ def _capacity(spec: JobSpec) -> list[Problem]:
                     "use between 30m and 28d",
                 )
             )
-        cpu_only = [n for n in spec.capacity_options if n in CATALOG and CATALOG[n].kind == "cpu"]
+        cpu_only = [n for n in spec.capacity_options if CATALOG[n].kind == "cpu"]
         if cpu_only:
             problems.append(
                 Problem(

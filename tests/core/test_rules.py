@@ -26,6 +26,11 @@ def smp(**parameters):
     return {**SMP, "distribution": {**TORCHRUN, "smdistributed": {"modelparallel": {"enabled": True, "parameters": parameters}}}}
 
 
+def fallback(*types, **changes):
+    """An on-demand job that may run on any of `types`, in that order (InstancePreferences)."""
+    return {**DDP, "instance_type": types[0], "instance_types": list(types), "spot": {"enabled": False}, **changes}
+
+
 @pytest.mark.parametrize("strategy", sorted(SPECS))
 def test_the_example_spec_for_each_strategy_passes(strategy):
     assert check(parse_spec(SPECS[strategy]), count_objects=lambda uri: 64, region="us-east-1") == []
@@ -36,6 +41,34 @@ REFUSED = [
     ({**DDP, "instance_type": "ml.p4.24xlarge"}, "instance_type", "not a SageMaker training instance type; did you mean ml.p4d"),
     ({**DDP, "instance_type": "ml.g7.2xlarge"}, "instance_type", "no source trainstack reads gives its accelerator count"),
     ({**DDP, "instance_type": "ml.p2.8xlarge"}, "instance_type", "P2 instances have been deprecated"),
+    (fallback("ml.p4d.24xlarge", "ml.p4.24xlarge"), "instance_types[1]", "not a SageMaker training instance type"),
+    # capacity: fallback lists, training plans, pending time
+    (
+        fallback(
+            "ml.p5.48xlarge", "ml.p4d.24xlarge", "ml.p4de.24xlarge", "ml.p5e.48xlarge", "ml.p5en.48xlarge", "ml.p3dn.24xlarge"
+        ),
+        "instance_types",
+        "SageMaker takes at most 5 preferences",
+    ),
+    (fallback("ml.p4d.24xlarge", "ml.p4d.24xlarge"), "instance_types", "an instance type can appear only once"),
+    (
+        fallback("ml.p5.48xlarge", "ml.p4d.24xlarge", spot={"enabled": True, "max_wait": "48h"}),
+        "instance_types",
+        "SageMaker refuses it with managed spot training",
+    ),
+    (fallback("ml.p4d.24xlarge", "ml.g5.48xlarge"), "instance_types", "these types differ in EFA support"),
+    (
+        fallback("ml.p4d.24xlarge", "ml.p5.48xlarge", distribution=SMDDP_LAUNCHER, framework_version="2.2.0"),
+        "instance_types[1] (ml.p5.48xlarge): distribution",
+        "SMDDP does not support ml.p5.48xlarge",
+    ),
+    ({**DDP, "training_plan_arn": "arn:aws:sagemaker:us-east-1:123:plan/x"}, "training_plan_arn", "not a training plan ARN"),
+    ({**DDP, "max_pending": "10m"}, "max_pending", "SageMaker allows 1800 to 2419200 seconds of pending"),
+    (
+        {**DDP, "instance_type": "ml.c5.xlarge", "max_pending": "1h"},
+        "max_pending",
+        "MaxPendingTimeInSeconds has no effect on CPU-only types (ml.c5.xlarge)",
+    ),
     # the shape of `distribution`
     (
         {**DDP, "distribution": {"smdistributed_dataparallel": {"enabled": True}}},
@@ -61,15 +94,30 @@ REFUSED = [
     ({**DDP, "distribution": {"deepspeed": {}}}, "distribution.deepspeed", "not a key of the SageMaker SDK's distribution; use"),
     ({**DDP, "distribution": {"torch_distributed": True}}, "distribution.torch_distributed", "must be a mapping"),
     (
+        {**DDP, "distribution": {"smdistributed": {"dataparallel": None}}},
+        "distribution.smdistributed.dataparallel",
+        "must be a mapping; write smdistributed: {dataparallel: {enabled: true}}",
+    ),
+    (
         {**DDP, "distribution": {"torch_distributed": {"enable": True}}},
         "distribution.torch_distributed.enable",
         "did you mean enabled?",
+    ),
+    (
+        {**DDP, "distribution": {"torch_distributed": {"enabled": True, "nodes": 2}}},
+        "distribution.torch_distributed.nodes",
+        "the SDK reads only enabled here; remove it",
     ),
     ({**DDP, "distribution": {"torch_distributed": {}}}, "distribution.torch_distributed.enabled", "missing enabled as false"),
     (
         {**DDP, "distribution": {"smdistributed": {"modelparalel": {"enabled": True}}}},
         "distribution.smdistributed.modelparalel",
         "write smdistributed: {modelparallel: {enabled: true}}",
+    ),
+    (
+        {**DDP, "distribution": {"smdistributed": {"zero": {"enabled": True}}}},
+        "distribution.smdistributed.zero",
+        "smdistributed takes dataparallel (SMDDP) or modelparallel (SMP v2); use one of them",
     ),
     (
         {**DDP, "distribution": {"mpi": {"enabled": True, "processes_per_host": 0}}},
@@ -125,6 +173,7 @@ REFUSED = [
         "image",
         "SMP v2 needs the SMP image",
     ),
+    ({**smp(), "instance_type": "ml.g5.xlarge", "instance_count": 1}, "distribution", "needs at least 2 GPUs in the job"),
     # Trainium
     ({**TRN, "source_dir": None}, "instance_type", "built-in training/ entry point runs on CUDA GPUs or CPUs, not on Neuron"),
     ({**TRN, "distribution": MPI}, "distribution", "Trainium runs only torch_distributed"),
@@ -164,6 +213,11 @@ REFUSED = [
     (smp(sm_activation_offloading="yes"), f"{PARAMETERS}.sm_activation_offloading", "must be true or false"),
     (smp(hybrid_shard_degree=3), f"{PARAMETERS}.hybrid_shard_degree", "does not divide the world size 16 (2 x 8 GPUs)"),
     (smp(tensor_parallel_degree=6), f"{PARAMETERS}.tensor_parallel_degree", "does not divide"),
+    (
+        smp(hybrid_shard_degree=8, tensor_parallel_degree=4),
+        PARAMETERS,
+        "hybrid_shard_degree x tensor_parallel_degree does not divide 16",
+    ),
     # environment
     ({**DDP, "instance_type": "ml.g5.2xlarge", "environment": {"FI_PROVIDER": "efa"}}, "environment.FI_PROVIDER", "has no EFA"),
     (
@@ -172,18 +226,34 @@ REFUSED = [
         "with trainstack's EFA variables the job has 101 environment variables; SageMaker takes 100",
     ),
     ({**DDP, "environment": {"1BAD": "x"}}, "environment.1BAD", "variable names"),
+    ({**DDP, "environment": {"BIG": "x" * 513}}, "environment.BIG", "values are at most 512 characters"),
+    (
+        {**DDP, "environment": {"TRAINSTACK_INJECT_HANG": "1:3"}},
+        "environment.TRAINSTACK_INJECT_HANG",
+        "TRAINSTACK_* variables are trainstack's test hooks",
+    ),
     # stopping, warm pools, hyperparameters, names
     ({**DDP, "spot": {"enabled": True, "max_wait": "12h"}}, "spot.max_wait", "must be at least max_runtime (86400 s)"),
+    ({**DDP, "spot": {"enabled": True, "max_wait": "29d"}}, "spot.max_wait", "SageMaker allows at most 28 days"),
     ({**DDP, "checkpoints": False}, "checkpoints", "restarts from scratch"),
     ({**DDP, "max_runtime": "29d", "spot": {"enabled": False}}, "max_runtime", "1 second to 28 days"),
     ({**DDP, "warm_pool": "7h"}, "warm_pool", "at most 6 hours"),
     ({**DDP, "hyperparameters": {"lr": float("nan")}}, "hyperparameters.lr", "not JSON-encodable"),
     ({**DDP, "hyperparameters": {"sagemaker_program": "x.py"}}, "hyperparameters.sagemaker_program", "set by trainstack"),
     ({**DDP, "hyperparameters": {"blob": "x" * 3000}}, "hyperparameters.blob", "limit is 2500"),
+    ({**DDP, "hyperparameters": {"k" * 257: 1}}, f"hyperparameters.{'k' * 40}...", "names are at most 256 characters"),
+    (
+        {**DDP, "hyperparameters": {f"h{i}": i for i in range(89)}},
+        "hyperparameters",
+        "at most 88 leave room for the 12 trainstack sets",
+    ),
+    ({**DDP, "tags": {f"tag{i}": "x" for i in range(46)}}, "tags", "at most 45 user tags"),
     ({**DDP, "tags": {"aws:owner": "me"}}, "tags.aws:owner", "reserved"),
     ({**DDP, "tags": {"team#1": "ml"}}, "tags.team#1", "tag keys are 1-128"),
     ({**DDP, "tags": {"team": "ml&ops"}}, "tags.team", "tag values"),
     ({**DDP, "inputs": {"train data": {"s3_uri": "s3://bucket/x/"}}}, "inputs.train data", "channel names"),
+    # inputs: the table's channel holds 64 objects
+    ({**DDP, "instance_count": 65}, "inputs.train.distribution", "holds 64 objects for 65 instances: some would get no data"),
 ]
 
 
