@@ -56,13 +56,15 @@ def stubbed(monkeypatch):
 def _create_event() -> dict:
     spec = {**DDP, "inputs": {}}
     run = {"lineage": "s3://b/jobs/x.yaml#v1", "resume": None}
-    return {"spec": spec, "run": run, "trial": {"index": 0, "hyperparameters": {}}, "trial_count": 1}
+    return {"spec": spec, "run": run, "trial": {"index": 0, "hyperparameters": {}}, "trial_count": 1, "execution": "exec-1"}
 
 
-def test_create_sends_the_built_request(stubbed):
+def test_create_sends_the_built_request_tagged_with_its_execution(stubbed):
     event = _create_event()
     spec = parse_spec(event["spec"])
-    expected = build_request(spec, check_or_raise(spec, lambda uri: 64), environment().stack, trial=Run(**event["run"]).trial())
+    plan = check_or_raise(spec, lambda uri: 64)
+    expected = build_request(spec, plan, environment().stack, trial=Run(**event["run"]).trial(), execution="exec-1")
+    assert {"Key": "trainstack:execution", "Value": "exec-1"} in expected["Tags"]
     stubbed["sagemaker"].add_response(
         "create_training_job", {"TrainingJobArn": "arn:aws:sagemaker:us-east-1:1:training-job/x"}, expected
     )
