@@ -21,6 +21,7 @@ TEMPLATE = Path("cdk.out") / "trainstack.template.json"
 
 def run(args: argparse.Namespace) -> int:
     from trainstack_local.emulator import ROOT
+    from trainstack_local.event_feed import EventFeed
     from trainstack_local.serve import serve
 
     template_path = args.template or ROOT / TEMPLATE
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="trainstack-local-"))
     console = cli_console()
     if args.local_command == "serve":
-        with serve(template, workdir, port=args.port) as (served, _, _):
+        with serve(template, workdir, port=args.port, feed=EventFeed()) as (served, _, _):
             for name, value in served.environment().items():
                 print(f"export {name}={value}")
             print(

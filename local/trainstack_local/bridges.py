@@ -95,12 +95,14 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
     from moto.stepfunctions.models import StepFunctionBackend
     from moto.stepfunctions.parser.api import ExecutionStatus
     from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 
     originals = {
         (LambdaSimpleBackend, "invoke"): LambdaSimpleBackend.invoke,
         (Rule, "send_to_targets"): Rule.send_to_targets,
         (SageMakerResponse, "create_training_job"): SageMakerResponse.create_training_job,
         (StepFunctionBackend, "stop_execution"): StepFunctionBackend.stop_execution,
+        (StepFunctionsParserBackend, "start_execution"): StepFunctionsParserBackend.start_execution,
         (BaseExecutionWorkerCommunication, "terminated"): BaseExecutionWorkerCommunication.terminated,
         (BaseResponse, "call_action"): BaseResponse.call_action,
     }
@@ -108,6 +110,7 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
     terminated = BaseExecutionWorkerCommunication.terminated
     create_training_job = SageMakerResponse.create_training_job
     stop_execution = StepFunctionBackend.stop_execution
+    start_execution = StepFunctionsParserBackend.start_execution
 
     def invoke(self: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: Any) -> bytes:
         function = self.get_function(function_name, qualifier)
@@ -194,7 +197,18 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
         twin.stop(name)
         return EmptyResult()
 
+    announced: set[str] = set()
+
+    def start(self: Any, *args: Any, **kwargs: Any) -> Any:
+        execution = start_execution(self, *args, **kwargs)
+        if twin.feed is not None and execution.execution_arn not in announced:  # not an idempotent repeat
+            announced.add(execution.execution_arn)
+            twin.feed.run_started(execution.name)
+        return execution
+
     def status_changed(execution: Any, status: str) -> None:
+        if twin.feed is not None:
+            twin.feed.run_ended(execution.name, status, getattr(execution, "cause", None))
         detail = {
             "executionArn": execution.execution_arn,
             "stateMachineArn": execution.state_machine_arn,
@@ -237,6 +251,7 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
     SageMakerResponse.create_training_job = create
     SageMakerResponse.stop_training_job = stop_training_job
     StepFunctionBackend.stop_execution = stop
+    StepFunctionsParserBackend.start_execution = start
     BaseExecutionWorkerCommunication.terminated = execution_ended
     try:
         yield

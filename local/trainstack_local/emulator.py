@@ -24,6 +24,7 @@ from trainstack.handlers.environment import lambda_variables
 from trainstack.stack_context import DEAD_LETTER_OUTPUT, STOP_FUNCTION_OUTPUT, StackContext
 from trainstack_local.bridges import ApiFaults, moto_bridges
 from trainstack_local.definition import function_logical_ids, render_definition
+from trainstack_local.event_feed import EventFeed
 from trainstack_local.registry import ImageRegistry
 from trainstack_local.sagemaker_twin import SageMakerTwin, TwinSettings
 
@@ -86,8 +87,10 @@ def local_aws(
     first_poll_seconds: int = 1,
     settings: TwinSettings | None = None,
     images: ImageRegistry | None = None,
+    feed: EventFeed | None = None,
 ) -> Iterator[tuple[LocalStack, SageMakerTwin]]:
-    """Create the stack's runtime resources inside moto and yield them with the SageMaker twin."""
+    """Create the stack's runtime resources inside moto and yield them with the SageMaker twin;
+    `feed` gets a line per run and job event (what `local serve` prints)."""
     from moto import mock_aws
 
     os.environ.update(LOCAL_ENVIRONMENT)
@@ -95,7 +98,7 @@ def local_aws(
     # evaluation state (tens of kilobytes, "Exception=FailureEventException ..."): emulator
     # internals, not what a user of the stack sees; the run's status and cause say what failed.
     logging.getLogger(MOTO_INTERPRETER_LOGGER).setLevel(logging.CRITICAL)
-    twin = SageMakerTwin(workdir, images or ImageRegistry(), region=REGION, settings=settings)
+    twin = SageMakerTwin(workdir, images or ImageRegistry(), region=REGION, settings=settings, feed=feed)
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),
         moto_bridges(twin, REGION, ACCOUNT, faults := ApiFaults()),

@@ -51,6 +51,7 @@ from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.s3uri import split_s3_uri
 from trainstack.workflow import CAPACITY_FAILURE_MARKERS
 from trainstack_local import container, runtimes
+from trainstack_local.event_feed import EventFeed
 from trainstack_local.hosts import Container, JobNetwork, host_names, remove_stale_networks, require_namespaces
 from trainstack_local.registry import ImageRegistry, TwinImage
 from trainstack_training.faults import TWIN_VARIABLE
@@ -429,6 +430,8 @@ class JobRun:
         transitions.append({"Status": secondary, "StartTime": now, "StatusMessage": message})
         self.job.training_job_status, self.job.secondary_status = status, secondary
         self.job.last_modified_time = now
+        if self.twin.feed is not None:
+            self.twin.feed.job_status(self.name, status, secondary, self.job.failure_reason if status == "Failed" else None)
 
     def _end(self, status: str, secondary: str, message: str) -> None:
         self._status(status, secondary, message)
@@ -459,6 +462,7 @@ class SageMakerTwin:
         *,
         region: str,
         settings: TwinSettings | None = None,
+        feed: EventFeed | None = None,
     ) -> None:
         require_namespaces()
         remove_stale_networks()
@@ -466,6 +470,7 @@ class SageMakerTwin:
         self.images = images
         self.region = region
         self.settings = settings or TwinSettings()
+        self.feed = feed  # where `local serve` prints each job's creation and status changes
         self.runs: dict[str, JobRun] = {}
         self.uploaded: dict[tuple[str, str, int], dict[str, tuple[int, int]]] = {}
         self._capacity: dict[str, int] = {}
@@ -506,6 +511,10 @@ class SageMakerTwin:
     def start(self, job: Any, image: TwinImage) -> JobRun:
         run = JobRun(self, job, image)
         self.runs[run.name] = run
+        if self.feed is not None:
+            config = job.resource_config
+            types = [p["InstanceType"] for p in config.get("InstancePreferences") or []] or [config["InstanceType"]]
+            self.feed.job_created(run.name, int(config["InstanceCount"]), types)
         job.secondary_status_transitions = []
         job.training_start_time = None
         job.training_end_time = None

@@ -29,6 +29,7 @@ from typing import Any
 import boto3
 
 from trainstack_local.emulator import LOCAL_ENVIRONMENT, REGION, LocalStack, local_aws, training_files
+from trainstack_local.event_feed import EventFeed
 from trainstack_local.pipeline import upload_sample_data
 from trainstack_local.registry import ImageRegistry
 from trainstack_local.sagemaker_twin import SageMakerTwin, TwinSettings
@@ -69,13 +70,18 @@ def serve(
     port: int = 0,
     settings: TwinSettings | None = None,
     images: ImageRegistry | None = None,
+    feed: EventFeed | None = None,
 ) -> Iterator[tuple[Served, LocalStack, SageMakerTwin]]:
-    """Create the emulated stack, publish its outputs and serve it on 127.0.0.1:`port` (0: a free one)."""
+    """Create the emulated stack, publish its outputs and serve it on 127.0.0.1:`port` (0: a free one);
+    `feed` gets a line per run and job event."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
     os.environ.pop("AWS_ENDPOINT_URL", None)  # the twin's and the handlers' own calls stay in-process
-    with local_aws(template, workdir, files=training_files(workdir), settings=settings, images=images) as (stack, twin):
+    with local_aws(template, workdir, files=training_files(workdir), settings=settings, images=images, feed=feed) as (
+        stack,
+        twin,
+    ):
         upload_sample_data(stack)  # what the embedded default job trains on
         _publish_stack(stack.outputs)
         outputs_file = workdir / "cdk-outputs.json"

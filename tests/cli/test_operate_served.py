@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ DATA = "s3://trainstack-local-trigger/datasets/sample/"
 class Served:
     environment: dict[str, str]
     outputs: dict[str, str]
+    printed: list[str]  # what `local serve` printed after its environment, line by line
 
     def trainstack(self, *arguments: str, **overrides: str) -> subprocess.CompletedProcess:
         return _run([str(BIN / "trainstack"), *arguments], {**self.environment, **overrides})
@@ -82,10 +84,13 @@ def served(default_stack, tmp_path_factory):
             break
     else:
         pytest.fail(f"local serve ended: {(workdir / 'serve.log').read_text()[-3000:]}")
+    printed: list[str] = []
+    reader = threading.Thread(target=lambda: printed.extend(line.rstrip("\n") for line in process.stdout), daemon=True)
+    reader.start()
     stacks = _run([str(BIN / "aws"), "cloudformation", "describe-stacks", "--output", "json"], environment)
     assert stacks.returncode == 0, stacks.stderr
     (stack,) = json.loads(stacks.stdout)["Stacks"]
-    yield Served(environment, {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]})
+    yield Served(environment, {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}, printed)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == 0
 
@@ -262,3 +267,54 @@ def test_a_spec_that_fails_validation_is_refused_before_anything_is_uploaded(ser
         "s3api", "list-object-versions", "--bucket", served.outputs["TriggerBucketName"], "--prefix", "jobs/bad"
     )
     assert after == before
+
+
+def test_serve_prints_one_line_per_event_of_a_failing_and_a_stopped_run(served, tmp_path):
+    notes = tmp_path / "readme.txt"
+    notes.write_text("not token shards")  # what only the running script can find out
+    assert served.aws("s3", "cp", str(notes), "s3://trainstack-local-trigger/datasets/notes/readme.txt").returncode == 0
+    broken = job("broken", inputs={"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/notes/", "mode": "File"}})
+    failing = json.loads(served.trainstack("submit", str(write(tmp_path / "broken.yaml", broken)), "--inline", "--json").stdout)[
+        "run"
+    ]
+    failed = served.wait_until(failing, lambda v: v["status"] != "RUNNING")
+    long = job("long", hyperparameters={"model": "gpt-tiny", "max_steps": 600, "log_every": 1, "seed": 0})
+    running = json.loads(served.trainstack("submit", str(write(tmp_path / "long.yaml", long)), "--inline", "--json").stdout)[
+        "run"
+    ]
+    served.wait_until(running, lambda v: v["trials"] and v["trials"][0]["metrics"].get("train:step", 0) >= 2)
+    stopped = json.loads(served.trainstack("stop", running, "--json").stdout)
+
+    (failed_job,), (stopped_job,) = ([t["job_name"] for t in view["trials"]] for view in (failed, stopped))
+    reason = served.aws_json("sagemaker", "describe-training-job", "--training-job-name", failed_job)["FailureReason"]
+    cause = served.aws_json("stepfunctions", "describe-execution", "--execution-arn", failed["execution_arn"])["cause"]
+    assert "no token shards" in reason
+    expected = {
+        failing: [
+            f"run {failing} started",
+            f"job {failed_job} created: 1 x ml.g5.12xlarge",
+            f"job {failed_job}: Downloading (InProgress)",
+            f"job {failed_job}: Training (InProgress)",
+            f"job {failed_job}: Failed (Failed): {' '.join(reason.split())}",
+            f"run {failing} ended FAILED: {' '.join(cause.split())}",
+        ],
+        running: [
+            f"run {running} started",
+            f"job {stopped_job} created: 1 x ml.g5.12xlarge",
+            f"job {stopped_job}: Downloading (InProgress)",
+            f"job {stopped_job}: Training (InProgress)",
+            f"run {running} ended ABORTED",
+            f"job {stopped_job}: Stopping (Stopping)",
+            f"job {stopped_job}: Stopped (Stopped)",
+        ],
+    }
+    for run, job_name in ((failing, failed_job), (running, stopped_job)):
+        deadline = time.monotonic() + 30
+        while (lines := [line for line in served.printed if f"run {run} " in line or f"job {job_name}" in line]) != expected[run]:
+            assert time.monotonic() < deadline, lines
+            time.sleep(0.5)
+
+
+def _submitted(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["run"]
