@@ -1,0 +1,133 @@
+"""The checker findings the pipeline's resources do not follow, and why: cdk-nag acknowledgements and checkov skips.
+
+Kept apart from stacks/pipeline.py so that module reads as what the pipeline builds; every entry
+here names the rule and the reason specific to the resource (see stacks/compliance.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from stacks.compliance import acknowledge, in_every_pack, nag_resource, skip_checkov
+from stacks.lambda_asset import LAMBDA_PYTHON
+
+KEY_GRANTS = "CDK's key grants for the encrypted bucket, topic and environment."
+TRIGGER_BUCKET_READ = "CDK's bucket grant: read job specs and data-drop specs in the trigger bucket."
+
+
+def acknowledge_pipeline(
+    scope: Construct,
+    *,
+    functions: Mapping[str, lambda_.IFunction],
+    state_machine_role: iam.IRole,
+    dead_letters: sqs.IQueue,
+    jobs_arn: str,
+    trigger_bucket: s3.IBucket,
+) -> None:
+    """Record every exception the pipeline in `scope` takes from cdk-nag's packs and from checkov."""
+    acknowledge(
+        dead_letters,
+        ("AwsSolutions-SQS3", "This queue is the dead-letter queue of the trigger rules; it has none of its own."),
+        *in_every_pack(
+            "SQSRedrivePolicy",
+            "This queue is itself the dead-letter queue of the rules' targets and of the stop function; its "
+            "alarm reports every message, and a redrive policy would only move them to yet another queue.",
+        ),
+    )
+    for name, function in functions.items():
+        skip_checkov(function, *_checkov_skips(name))
+        findings = [
+            (
+                "AwsSolutions-IAM5[Resource::*]",
+                "X-Ray trace segments (and, for stop, sagemaker:ListTrainingJobs) support only resource '*'.",
+            ),
+            (
+                f"AwsSolutions-IAM5[Resource::{nag_resource(scope, jobs_arn)}]",
+                "Scoped to training jobs named with this stack's prefix; names are derived per run.",
+            ),
+            ("AwsSolutions-IAM5[Action::kms:GenerateDataKey*]", KEY_GRANTS),
+            ("AwsSolutions-IAM5[Action::kms:ReEncrypt*]", KEY_GRANTS),
+        ]
+        if name == "validate":
+            findings += [
+                ("AwsSolutions-IAM5[Action::s3:GetObject*]", TRIGGER_BUCKET_READ),
+                ("AwsSolutions-IAM5[Action::s3:GetBucket*]", TRIGGER_BUCKET_READ),
+                (
+                    "AwsSolutions-IAM5[Action::s3:List*]",
+                    "CDK's bucket grant: count a sharded channel's objects before anything launches.",
+                ),
+                (
+                    f"AwsSolutions-IAM5[Resource::{nag_resource(scope, trigger_bucket.arn_for_objects('*'))}]",
+                    "Job specs and data drops may be anywhere under jobs/ and datasets/ in the trigger bucket.",
+                ),
+            ]
+        acknowledge(function.role, *findings)
+        acknowledge(function, *_lambda_decisions(name))
+    acknowledge(
+        state_machine_role,
+        (
+            "AwsSolutions-IAM5[Resource::*]",
+            "CloudWatch Logs delivery and X-Ray for Step Functions support only resource '*'.",
+        ),
+        *(
+            (
+                f"AwsSolutions-IAM5[Resource::{nag_resource(scope, f.function_arn)}:*]",
+                "Step Functions may invoke any version of its own task functions.",
+            )
+            for f in functions.values()
+        ),
+    )
+
+
+def _checkov_skips(name: str) -> list[tuple[str, str]]:
+    """checkov's counterparts of the Lambda decisions below."""
+    skips = [
+        (
+            "CKV_AWS_115",
+            "Reserving concurrency fails deploys in accounts at the default limit; the Map's concurrency bounds calls.",
+        ),
+        ("CKV_AWS_117", "Calls only AWS control-plane APIs; a VPC would need NAT or endpoints that cost money while idle."),
+    ]
+    if name != "stop":
+        skips.append(
+            (
+                "CKV_AWS_116",
+                "Invoked synchronously by Step Functions, which retries and catches; a DLQ would never receive events.",
+            )
+        )
+    return skips
+
+
+def _lambda_decisions(name: str) -> list[tuple[str, str]]:
+    """The Lambda rules of cdk-nag's packs these functions do not follow, and why."""
+    runtime = (
+        f"python{LAMBDA_PYTHON}, one behind the newest: the newest runtime whose interpreter the test machines "
+        "have, so the asset is imported and invoked as shipped (tests/infra/test_shipped_lambda.py)."
+    )
+    decisions = [
+        ("AwsSolutions-L1", runtime),
+        *in_every_pack("LambdaLatestVersion", runtime),
+        *in_every_pack(
+            "LambdaConcurrency",
+            "Reserving concurrency fails the deploy in accounts at a low (new-account) concurrency limit; the "
+            "state machine's Map concurrency already bounds how many calls run at once.",
+        ),
+        *in_every_pack(
+            "LambdaInsideVPC",
+            "Calls only AWS control-plane APIs (SageMaker, S3, SNS); inside the VPC it would need a NAT gateway "
+            "or interface endpoints that cost money while idle.",
+        ),
+    ]
+    if name != "stop":  # stop, invoked asynchronously by EventBridge, has the dead-letter queue
+        decisions += in_every_pack(
+            "LambdaDLQ",
+            "Invoked synchronously by Step Functions, whose Retry and Catch handle its errors; a Lambda "
+            "dead-letter queue only receives failed asynchronous invocations, so it would stay empty.",
+        )
+    return decisions

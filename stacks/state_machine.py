@@ -1,0 +1,253 @@
+"""The pipeline's state machine: the graph that turns a validated job spec into training jobs.
+
+Validate -> Map over trials (one trial without a sweep):
+    Create (throttling retried; capacity retried with backoff, then reported as NotStarted)
+    -> Wait (doubling to 30 min) -> Describe -> Choice (InProgress/Stopping: wait again; failed
+       for capacity: create it again after 5, 10, 20 min, resuming from its checkpoints)
+-> Notify (one message per run) -> Succeed, or Fail with the reason as Cause.
+
+The states are built in the pipeline construct's scope (not a construct of their own), so their
+construct paths, and so the template's logical ids, are the pipeline's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from stacks.log_groups import encrypted_log_group
+from stacks.roles import ManagedPolicyRole
+from trainstack.workflow import (
+    CAPACITY_REFUSED_RETRY,
+    CAPACITY_RETRIES,
+    COMPLETED,
+    DEADLINE_PASSED,
+    NOT_STARTED,
+    NOTIFY_FAILED,
+    RUNNING,
+    STEP_FUNCTIONS_MAX_SECONDS,
+    THROTTLED_RETRY,
+    UNWATCHED,
+    RetryPolicy,
+)
+
+LAMBDA_TRANSIENT = [
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+    "Lambda.TooManyRequestsException",
+]
+# Each run is bounded by its own deadline (Validate derives it from the spec; the trial loop checks
+# it), so the state machine's timeout is the longest Step Functions allows, never a guess that
+# would abort a long sweep.
+EXECUTION_TIMEOUT = Duration.seconds(STEP_FUNCTIONS_MAX_SECONDS)
+
+
+@dataclass(frozen=True)
+class StateMachineProps:
+    """What the graph needs: the task functions by handler name, and how its execution log is kept."""
+
+    functions: Mapping[str, lambda_.IFunction]
+    key: kms.IKey
+    log_retention_days: int
+    removal_policy: RemovalPolicy
+
+
+def build_state_machine(scope: Construct, props: StateMachineProps) -> sfn.StateMachine:
+    """The Standard state machine, its role and its log group, created in `scope` (the pipeline)."""
+    functions = props.functions
+    validate = _invoke(
+        scope,
+        "Validate",
+        functions["validate"],
+        payload=sfn.TaskInput.from_object(
+            {"input": sfn.JsonPath.entire_payload, "execution": sfn.JsonPath.string_at("$$.Execution.Name")}
+        ),
+    )
+    notify_rejected = _invoke(
+        scope,
+        "NotifyRejected",
+        functions["notify"],
+        payload=sfn.TaskInput.from_object({"error": sfn.JsonPath.object_at("$.error"), "execution": sfn.JsonPath.execution_id}),
+    )
+    rejected = sfn.Fail(scope, "Rejected", error_path="$.status", cause_path="$.reason")
+    validate.add_catch(notify_rejected.next(rejected), errors=["States.ALL"], result_path="$.error")
+    # Notify reports a failed Publish itself; this is for Notify failing as a function.
+    notify_failed = sfn.Fail(scope, "NotifyFailed", error=NOTIFY_FAILED, cause_path="$.notify_error.Cause")
+    notify_rejected.add_catch(notify_failed, errors=["States.ALL"], result_path="$.notify_error")
+
+    trial = _trial(scope, functions)
+    run = sfn.Map(
+        scope,
+        "RunTrials",
+        items_path="$.trials",
+        max_concurrency_path="$.max_concurrency",
+        item_selector={
+            "spec": sfn.JsonPath.object_at("$.spec"),
+            "run": sfn.JsonPath.object_at("$.run"),
+            "trial_count": sfn.JsonPath.number_at("$.trial_count"),
+            "trial": sfn.JsonPath.object_at("$$.Map.Item.Value"),
+            "attempt": 0,
+            "deadline": sfn.JsonPath.string_at("$.deadline"),
+            "execution": sfn.JsonPath.string_at("$$.Execution.Name"),  # tags its jobs, for Stop
+        },
+        result_path="$.results",
+    )
+    run.item_processor(trial)
+    notify = _invoke(
+        scope,
+        "Notify",
+        functions["notify"],
+        payload=sfn.TaskInput.from_object(
+            {"results": sfn.JsonPath.object_at("$.results"), "execution": sfn.JsonPath.execution_id}
+        ),
+    )
+    notify.add_catch(notify_failed, errors=["States.ALL"], result_path="$.notify_error")
+    outcome = (
+        sfn.Choice(scope, "RunOutcome")
+        .when(sfn.Condition.string_equals("$.status", COMPLETED), sfn.Succeed(scope, "Completed"))
+        .otherwise(sfn.Fail(scope, "Failed", error_path="$.status", cause_path="$.reason"))
+    )
+    # The Map failing as a whole (not one trial) is reported as the run's failure, never dropped.
+    notify_lost = _invoke(
+        scope,
+        "NotifyRunLost",
+        functions["notify"],
+        payload=sfn.TaskInput.from_object(
+            {"error": sfn.JsonPath.object_at("$.error"), "stage": "run", "execution": sfn.JsonPath.execution_id}
+        ),
+    )
+    notify_lost.add_catch(notify_failed, errors=["States.ALL"], result_path="$.notify_error")
+    run.add_catch(notify_lost.next(outcome), errors=["States.ALL"], result_path="$.error")
+    definition = validate.next(run).next(notify).next(outcome)
+    return sfn.StateMachine(
+        scope,
+        "StateMachine",
+        role=ManagedPolicyRole(scope, "StateMachineRole", assumed_by=iam.ServicePrincipal("states.amazonaws.com")),
+        definition_body=sfn.DefinitionBody.from_chainable(definition),
+        state_machine_type=sfn.StateMachineType.STANDARD,
+        timeout=EXECUTION_TIMEOUT,
+        tracing_enabled=True,
+        logs=sfn.LogOptions(
+            destination=encrypted_log_group(
+                scope,
+                "StateMachineLogs",
+                key=props.key,
+                retention_days=props.log_retention_days,
+                removal_policy=props.removal_policy,
+            ),
+            level=sfn.LogLevel.ALL,
+            include_execution_data=True,
+        ),
+    )
+
+
+def _trial(scope: Construct, functions: Mapping[str, lambda_.IFunction]) -> sfn.IChainable:
+    """One trial, the Map's item: Create -> Wait -> Describe -> JobStatus, until the job ends."""
+    create = _invoke(scope, "Create", functions["create"], result_path="$.job")
+    _add_retry(create, THROTTLED_RETRY)
+    _add_retry(create, CAPACITY_REFUSED_RETRY)
+    not_started = sfn.Pass(
+        scope, "TrialNotStarted", parameters={"status": NOT_STARTED, "error": sfn.JsonPath.object_at("$.error")}
+    )
+    create.add_catch(not_started, errors=["States.ALL"], result_path="$.error")
+    wait = sfn.Wait(scope, "WaitForJob", time=sfn.WaitTime.seconds_path("$.job.poll_seconds"))
+    describe = _invoke(
+        scope,
+        "Describe",
+        functions["describe"],
+        payload=sfn.TaskInput.from_object(
+            {
+                "job_name": sfn.JsonPath.string_at("$.job.job_name"),
+                "poll_seconds": sfn.JsonPath.number_at("$.job.poll_seconds"),
+                "attempt": sfn.JsonPath.number_at("$.attempt"),
+            }
+        ),
+        result_path="$.job",
+    )
+    _add_retry(describe, THROTTLED_RETRY)
+    # Past its retries the trial ends with the reason; the run then fails and its Stop rule
+    # stops the job, so no job runs on unwatched.
+    unwatched = sfn.Pass(
+        scope,
+        "TrialUnwatched",
+        parameters={
+            "status": UNWATCHED,
+            "job_name": sfn.JsonPath.string_at("$.job.job_name"),
+            "error": sfn.JsonPath.object_at("$.error"),
+        },
+    )
+    describe.add_catch(unwatched, errors=["States.ALL"], result_path="$.error")
+    # A job that failed for capacity is created again (same checkpoints) after a doubling wait.
+    next_attempt = sfn.Pass(
+        scope,
+        "NextAttempt",
+        parameters={
+            "spec": sfn.JsonPath.object_at("$.spec"),
+            "run": sfn.JsonPath.object_at("$.run"),
+            "trial": sfn.JsonPath.object_at("$.trial"),
+            "trial_count": sfn.JsonPath.number_at("$.trial_count"),
+            "attempt": sfn.JsonPath.math_add(sfn.JsonPath.number_at("$.attempt"), 1),
+            "deadline": sfn.JsonPath.string_at("$.deadline"),
+            "execution": sfn.JsonPath.string_at("$.execution"),
+            "job": sfn.JsonPath.object_at("$.job"),
+        },
+    )
+    backoff = sfn.Wait(scope, "CapacityBackoff", time=sfn.WaitTime.seconds_path("$.job.retry_wait_seconds"))
+    next_attempt.next(backoff).next(create)
+    trial_finished = sfn.Pass(scope, "TrialFinished", output_path="$.job")
+    running = sfn.Condition.or_(*(sfn.Condition.string_equals("$.job.status", status) for status in RUNNING))
+    retry_capacity = sfn.Condition.and_(
+        sfn.Condition.boolean_equals("$.job.capacity_failure", True),
+        sfn.Condition.number_less_than("$.attempt", CAPACITY_RETRIES),
+    )
+    # Still running past the run's deadline: the trial ends, the run fails and its Stop rule stops the job.
+    deadline_passed = sfn.Pass(
+        scope,
+        "TrialDeadlinePassed",
+        parameters={
+            "status": DEADLINE_PASSED,
+            "job_name": sfn.JsonPath.string_at("$.job.job_name"),
+            "failure_reason": sfn.JsonPath.format(
+                "still {} when the run deadline {} passed, stopped with the run",
+                sfn.JsonPath.string_at("$.job.status"),
+                sfn.JsonPath.string_at("$.deadline"),
+            ),
+        },
+    )
+    past_deadline = sfn.Condition.and_(
+        running, sfn.Condition.timestamp_greater_than_json_path("$$.State.EnteredTime", "$.deadline")
+    )
+    status = (
+        sfn.Choice(scope, "JobStatus")
+        .when(past_deadline, deadline_passed)
+        .when(running, wait)
+        .when(retry_capacity, next_attempt)
+        .otherwise(trial_finished)
+    )
+    return create.next(wait).next(describe).next(status)
+
+
+def _invoke(scope: Construct, construct_id: str, function: lambda_.IFunction, **options: object) -> tasks.LambdaInvoke:
+    """A task calling `function` with its output as the result, Lambda's transient errors retried."""
+    task = tasks.LambdaInvoke(scope, construct_id, lambda_function=function, payload_response_only=True, **options)
+    task.add_retry(errors=LAMBDA_TRANSIENT, interval=Duration.seconds(2), max_attempts=3, backoff_rate=2)
+    return task
+
+
+def _add_retry(task: tasks.LambdaInvoke, policy: RetryPolicy) -> None:
+    task.add_retry(
+        errors=[policy.error],
+        interval=Duration.seconds(policy.interval_seconds),
+        max_attempts=policy.max_attempts,
+        backoff_rate=policy.backoff_rate,
+        max_delay=Duration.seconds(policy.max_delay_seconds) if policy.max_delay_seconds else None,
+    )
