@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from trainstack.layout import JOBS_PREFIX, SOURCES_PREFIX, TRAINING_JOB_LOG_GROUP
+from trainstack.polling import poll_until
 from trainstack.preflight import preflight
 from trainstack.rules import SpecRejectedError
 from trainstack.source_archive import write_source_tarball
@@ -90,20 +91,23 @@ def _execution_for_upload(stack: Stack, lineage: str) -> str:
     """The execution EventBridge started for this upload (its input names the key and version)."""
     sfn = stack.client("stepfunctions")
     seen: set[str] = set()
-    deadline = time.monotonic() + EXECUTION_APPEARS_SECONDS
-    while time.monotonic() < deadline:
+
+    def started() -> str | None:
         for summary in sfn.list_executions(stateMachineArn=stack.state_machine_arn, maxResults=50)["executions"]:
-            if summary["executionArn"] in seen:
-                continue
-            seen.add(summary["executionArn"])
-            if run_identity(sfn.describe_execution(executionArn=summary["executionArn"])).lineage == lineage:
-                return summary["name"]
-        time.sleep(0.5)
-    raise CliError(
-        f"uploaded {lineage.partition('#')[0]}, but no run started within {EXECUTION_APPEARS_SECONDS} s; "
-        "check the stack's JobSpecUploaded rule and the trigger dead-letter queue (trainstack redrive)",
-        EXIT_RUN_FAILED,
-    )
+            if summary["executionArn"] not in seen:
+                seen.add(summary["executionArn"])
+                if run_identity(sfn.describe_execution(executionArn=summary["executionArn"])).lineage == lineage:
+                    return summary["name"]
+        return None
+
+    try:
+        return poll_until(started, timeout=EXECUTION_APPEARS_SECONDS, interval=0.5, what="a run of the upload")
+    except TimeoutError:
+        raise CliError(
+            f"uploaded {lineage.partition('#')[0]}, but no run started within {EXECUTION_APPEARS_SECONDS} s; "
+            "check the stack's JobSpecUploaded rule and the trigger dead-letter queue (trainstack redrive)",
+            EXIT_RUN_FAILED,
+        ) from None
 
 
 def resume(stack: Stack, run: str) -> str:

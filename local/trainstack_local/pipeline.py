@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
 
+from trainstack.polling import poll_until
 from trainstack_local.emulator import REGION, TRAINING, LocalStack
 
 SAMPLE_TOKENS = TRAINING / "sample_data" / "tokens"
@@ -38,24 +38,21 @@ def executions(stack: LocalStack) -> list[dict[str, Any]]:
 
 
 def wait_for_new_executions(stack: LocalStack, known: int, count: int = 1, timeout: float = 30) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = executions(stack)
-        if len(found) >= known + count:
-            return [e["executionArn"] for e in sorted(found, key=lambda e: e["startDate"])][known:]
-        time.sleep(0.2)
-    raise TimeoutError(f"no new execution of {stack.state_machine_arn} within {timeout} s")
+    found = poll_until(
+        lambda: executions(stack), lambda found: len(found) >= known + count, timeout=timeout, what=f"{count} new execution(s)"
+    )
+    return [e["executionArn"] for e in sorted(found, key=lambda e: e["startDate"])][known:]
 
 
 def wait_for_execution(execution_arn: str, timeout: float = 600) -> dict[str, Any]:
     sfn = boto3.client("stepfunctions", region_name=REGION)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        description = sfn.describe_execution(executionArn=execution_arn)
-        if description["status"] != "RUNNING":
-            return description
-        time.sleep(0.5)
-    raise TimeoutError(f"{execution_arn} still running after {timeout} s")
+    return poll_until(
+        lambda: sfn.describe_execution(executionArn=execution_arn),
+        lambda description: description["status"] != "RUNNING",
+        timeout=timeout,
+        interval=0.5,
+        what=f"the end of {execution_arn}",
+    )
 
 
 def finish(execution_arn: str, timeout: float = 600) -> Run:

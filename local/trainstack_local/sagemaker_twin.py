@@ -38,7 +38,6 @@ import tarfile
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -539,15 +538,6 @@ class SageMakerTwin:
         for run in list(self.runs.values()):
             run.requests.stop.set()
         self.wait(timeout=self.settings.stop_grace_seconds + 30)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise TimeoutError(f"{what} did not happen within {timeout} s")
 
 
 def _now() -> datetime:

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 import yaml
 
 from trainstack.layout import SOURCES_PREFIX, TRAINING_JOB_LOG_GROUP
+from trainstack.polling import poll_until
 from trainstack.source_archive import write_source_tarball
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -48,13 +48,7 @@ class Served:
         return json.loads(result.stdout)
 
     def wait_until(self, run: str, done, timeout: float = 300) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            view = self.status(run)
-            if done(view):
-                return view
-            time.sleep(1)
-        raise TimeoutError(f"run {run}: {view}")
+        return poll_until(lambda: self.status(run), done, timeout=timeout, interval=1, what=f"run {run} to get there")
 
 
 def _run(command: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:
@@ -119,18 +113,16 @@ def test_the_aws_cli_starts_a_run_with_s3_cp_and_reads_it_from_step_functions_sa
     assert copied.returncode == 0, copied.stderr
 
     machine = served.outputs["StateMachineArn"]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def started() -> list[str]:
         executions = served.aws_json("stepfunctions", "list-executions", "--state-machine-arn", machine)["executions"]
         inputs = {
             e["name"]: served.aws_json("stepfunctions", "describe-execution", "--execution-arn", e["executionArn"])["input"]
             for e in executions
         }
-        started = [name for name, text in inputs.items() if "jobs/from-aws-cli.yaml" in text]
-        if started:
-            break
-        time.sleep(1)
-    (run,) = started
+        return [name for name, text in inputs.items() if "jobs/from-aws-cli.yaml" in text]
+
+    (run,) = poll_until(started, timeout=60, interval=1, what="the upload to start a run")
     view = served.wait_until(run, lambda v: v["status"] != "RUNNING")
     assert view["status"] == "SUCCEEDED", view["cause"]
     (trial,) = view["trials"]
@@ -309,10 +301,15 @@ def test_serve_prints_one_line_per_event_of_a_failing_and_a_stopped_run(served, 
         ],
     }
     for run, job_name in ((failing, failed_job), (running, stopped_job)):
-        deadline = time.monotonic() + 30
-        while (lines := [line for line in served.printed if f"run {run} " in line or f"job {job_name}" in line]) != expected[run]:
-            assert time.monotonic() < deadline, lines
-            time.sleep(0.5)
+        lines = poll_until(
+            lambda run=run, job_name=job_name: [
+                line for line in served.printed if f"run {run} " in line or f"job {job_name}" in line
+            ],
+            lambda lines, run=run: len(lines) >= len(expected[run]),  # then compared line by line
+            timeout=30,
+            what=f"the lines of run {run}",
+        )
+        assert lines == expected[run]
 
 
 def _submitted(result: subprocess.CompletedProcess) -> str:

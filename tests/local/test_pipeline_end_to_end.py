@@ -16,12 +16,13 @@ from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
 from trainstack import facts
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
+from trainstack.polling import poll_until
 from trainstack.stack_context import DEAD_LETTER_OUTPUT
 from trainstack.workflow import THROTTLED_RETRY
 from trainstack_cli import main as cli
 from trainstack_local.emulator import ACCOUNT, REGION, local_aws, training_files
 from trainstack_local.pipeline import executions, finish, training_jobs, upload_sample_data, wait_for_new_executions
-from trainstack_local.sagemaker_twin import TwinSettings, wait_for
+from trainstack_local.sagemaker_twin import TwinSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -297,7 +298,7 @@ def test_an_upload_whose_run_cannot_start_waits_in_the_dead_letter_queue_until_r
     put(stack, "jobs/e2e.yaml", job())
     sqs = boto3.client("sqs", region_name=REGION)
     queue = stack.outputs[DEAD_LETTER_OUTPUT]
-    wait_for(lambda: _queued(sqs, queue) == 1, timeout=30, what="the event in the dead-letter queue")
+    poll_until(lambda: _queued(sqs, queue) == 1, timeout=30, what="the event in the dead-letter queue")
     assert executions(stack) == []
     stack.faults.clear()
     outputs = tmp_path / "cdk-outputs.json"

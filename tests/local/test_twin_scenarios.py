@@ -25,10 +25,11 @@ from tests.local.twin_runs import (
     wait_for_step,
 )
 from tests.training.launch import TRAIN, environment
+from trainstack.polling import poll_until
 from trainstack.s3uri import split_s3_uri
 from trainstack_local.emulator import REGION, local_aws, training_files
 from trainstack_local.pipeline import finish, upload_sample_data
-from trainstack_local.sagemaker_twin import TwinSettings, wait_for
+from trainstack_local.sagemaker_twin import TwinSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -224,10 +225,10 @@ def test_a_duplicate_execution_that_ends_early_leaves_the_job_the_original_creat
     wait_for_step(run, 5)
     duplicate = start_inline(stack, job, "dup-2", lineage="dup-lineage")
     sfn = boto3.client("stepfunctions", region_name=REGION)
-    wait_for(lambda: _has_state(sfn, duplicate, "WaitForJob"), 60, "the duplicate to find the job and watch it")
+    poll_until(lambda: _has_state(sfn, duplicate, "WaitForJob"), timeout=60, what="the duplicate to find the job and watch it")
     sfn.stop_execution(executionArn=duplicate)
     left = f"dup-2 ABORTED: left {run.name} running, created by execution dup-1"
-    wait_for(lambda: left in _function_log("trainstack-stop"), 60, "the duplicate's Stop to decide")
+    poll_until(lambda: left in _function_log("trainstack-stop"), timeout=60, what="the duplicate's Stop to decide")
     assert finish(original, timeout=300).status == "SUCCEEDED"
     assert description(run.name)["TrainingJobStatus"] == "Completed" and len(run.attempts) == 1
 

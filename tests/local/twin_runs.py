@@ -5,16 +5,16 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-import time
 from typing import Any
 
 import boto3
 import torch
 
 from trainstack.identity import Run
+from trainstack.polling import poll_until
 from trainstack.s3uri import split_s3_uri
 from trainstack_local.emulator import REGION, LocalStack
-from trainstack_local.sagemaker_twin import JobRun, SageMakerTwin, wait_for
+from trainstack_local.sagemaker_twin import JobRun, SageMakerTwin
 
 
 def start_inline(stack: LocalStack, spec: dict[str, Any], name: str, *, lineage: str | None = None, resume: bool = False) -> str:
@@ -35,7 +35,7 @@ def job_name(stack: LocalStack, spec: dict[str, Any], execution: str, *, lineage
 
 
 def job_run(twin: SageMakerTwin, name: str, timeout: float = 60) -> JobRun:
-    wait_for(lambda: name in twin.runs, timeout, f"training job {name} to be created")
+    poll_until(lambda: name in twin.runs, timeout=timeout, what=f"training job {name} to be created")
     return twin.runs[name]
 
 
@@ -49,7 +49,7 @@ def printed_steps(run: JobRun, attempt: int = -1) -> list[int]:
 
 
 def wait_for_step(run: JobRun, step: int, timeout: float = 180) -> None:
-    wait_for(lambda: max(printed_steps(run), default=0) >= step, timeout, f"{run.name} to reach step {step}")
+    poll_until(lambda: max(printed_steps(run), default=0) >= step, timeout=timeout, what=f"{run.name} to reach step {step}")
 
 
 def description(name: str) -> dict[str, Any]:
@@ -57,13 +57,10 @@ def description(name: str) -> dict[str, Any]:
 
 
 def wait_for_status(name: str, statuses: tuple[str, ...], timeout: float = 300) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = description(name)
-        if found["TrainingJobStatus"] in statuses:
-            return found
-        time.sleep(0.5)
-    raise TimeoutError(f"{name} not in {statuses} within {timeout} s")
+    return poll_until(
+        lambda: description(name), lambda found: found["TrainingJobStatus"] in statuses, timeout=timeout, interval=0.5,
+        what=f"{name} to be {' or '.join(statuses)}",
+    )  # fmt: skip
 
 
 def model_state(name: str) -> dict[str, torch.Tensor]:
