@@ -17,8 +17,8 @@ from constructs import Construct
 
 from stacks.event_delivery import delivery
 from trainstack.layout import TRAINING_JOB_METRICS_NAMESPACE
-from trainstack.naming import training_job_name_prefix
 from trainstack.run_report import BILLABLE_METRIC, JOBS_METRIC, METRIC_DIMENSIONS, RUN_METRICS_NAMESPACE
+from trainstack_contract.job_names import training_job_name_prefix
 
 ALARM_PERIOD = Duration.minutes(5)
 

@@ -32,9 +32,9 @@ from stacks.roles import ManagedPolicyRole
 from stacks.state_machine import StateMachineProps, build_state_machine
 from trainstack.handlers.environment import lambda_variables
 from trainstack.layout import DATASETS_PREFIX, JOBS_PREFIX
-from trainstack.naming import training_job_name_prefix
 from trainstack.stack_context import StackContext
 from trainstack.workflow import DATA_MARKER, ENDED_EARLY
+from trainstack_contract.job_names import training_job_name_prefix
 
 HANDLERS = ("validate", "create", "describe", "notify", "stop")
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")

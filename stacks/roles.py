@@ -21,7 +21,7 @@ from trainstack.layout import (
     TRAINING_JOB_LOG_GROUP,
     TRAINING_JOB_METRICS_NAMESPACE,
 )
-from trainstack.naming import training_job_name_prefix
+from trainstack_contract.job_names import training_job_name_prefix
 
 # What SageMaker needs to attach a job's network interfaces in VPC mode; these calls do not
 # support resource-level scoping (see docs/sagemaker-contract.md §3).

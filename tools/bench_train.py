@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT / "training"))
 
 import torch  # noqa: E402
 
+from trainstack_contract.health_rules import RULES  # noqa: E402
+from trainstack_contract.model_sizes import GPT_SIZES  # noqa: E402
 from trainstack_training.checkpoint import Checkpointer, Progress, TrainingState  # noqa: E402
 from trainstack_training.distributed import DistContext  # noqa: E402
-from trainstack_training.health_rules import RULES  # noqa: E402
-from trainstack_training.model_sizes import GPT_SIZES  # noqa: E402
 from trainstack_training.models import build_model  # noqa: E402
 
 RATE = re.compile(r"tokens_per_sec=([0-9.]+)")

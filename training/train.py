@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the package beside this script, as in the container
 
-from trainstack_training.config import ConfigError, TrainConfig, parse_config, requested_output_dir
+from trainstack_contract.config import ConfigError, TrainConfig, parse_config, requested_output_dir
 from trainstack_training.distributed import read_launch
 from trainstack_training.faults import write_failure
 from trainstack_training.health import HealthRuleTrippedError

@@ -16,8 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from trainstack.billing import billed_usd
-from trainstack.identity import JobName, Run
+from trainstack.identity import Run
 from trainstack.workflow import trigger_of
+from trainstack_contract.job_names import JobName
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ A *run* is one trigger (an uploaded spec's key and version, a data-drop marker, 
 name); its *lineage* string names it. Everything derived from it is deterministic, so a redelivered
 event or a redriven execution finds the jobs it already made instead of making new ones:
 
-- job names `<prefix>-<spec>-<12 hex of the lineage>[-t<trial>][-r<resume>][-a<attempt>]` (the 12
-  hex also let the Stop handler find a run's jobs);
+- job names, in the format trainstack_contract.job_names writes and parses (the 12 hex of the
+  lineage in them let the Stop handler find a run's jobs);
 - each trial's own checkpoint lineage (16 hex), shared by its attempts (re-creations after a capacity
   failure, SageMaker's retries) so they resume, and never by two trials of a sweep, which would
   otherwise restore each other's checkpoints;
@@ -15,15 +15,12 @@ event or a redriven execution finds the jobs it already made instead of making n
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 
 from trainstack.layout import CHECKPOINTS_PREFIX
-from trainstack.naming import TRAINING_JOB_NAME_MAX, training_job_name_prefix
+from trainstack_contract.job_names import JOB_DIGEST_LENGTH, RESUME_DIGEST_LENGTH, JobName, training_job_name_prefix
 
-JOB_DIGEST_LENGTH = 12
 CHECKPOINT_DIGEST_LENGTH = 16
-RESUME_DIGEST_LENGTH = 6
 TAG_SPEC = "trainstack:spec"
 TAG_LINEAGE = "trainstack:lineage"
 TAG_TRIAL = "trainstack:trial"
@@ -32,35 +29,6 @@ TAG_STRATEGY = "trainstack:strategy"
 # duplicate execution of the same trigger that found them already made.
 TAG_EXECUTION = "trainstack:execution"
 TAG_KEYS = (TAG_SPEC, TAG_LINEAGE, TAG_TRIAL, TAG_STRATEGY, TAG_EXECUTION)
-
-
-# The suffix `Trial.job_name` writes, read back from the end of a name: the spec part before it is
-# free text (it may itself hold "-t5" or hex), so only an anchored suffix is unambiguous.
-JOB_NAME_SUFFIX = re.compile(
-    rf"-(?P<digest>[0-9a-f]{{{JOB_DIGEST_LENGTH}}})(?:-t(?P<trial>\d+))?(?:-r(?P<resume>[0-9a-f]{{{RESUME_DIGEST_LENGTH}}}))?"
-    r"(?:-a(?P<attempt>\d+))?$"
-)
-
-
-@dataclass(frozen=True)
-class JobName:
-    """What a job name says of its run: the one parser of the format `Trial.job_name` writes."""
-
-    head: str  # the name prefix and the (possibly shortened) spec name
-    digest: str  # the run's
-    trial: int | None
-    resume: str | None  # the resume segment's digest
-    attempt: int
-
-    @classmethod
-    def parse(cls, job_name: str) -> JobName | None:
-        match = JOB_NAME_SUFFIX.search(job_name)
-        if match is None:
-            return None
-        trial, attempt = match["trial"], match["attempt"]
-        return cls(
-            job_name[: match.start()], match["digest"], None if trial is None else int(trial), match["resume"], int(attempt or 0)
-        )
 
 
 def _digest(text: str, length: int) -> str:
@@ -96,12 +64,16 @@ class Run:
         parsed = JobName.parse(job_name)
         return parsed is not None and parsed.digest == self.digest and job_name.startswith(training_job_name_prefix(name_prefix))
 
+    @property
+    def resume_digest(self) -> str | None:
+        """In the job names of a resume segment (None for the lineage's first execution)."""
+        return _digest(self.resume, RESUME_DIGEST_LENGTH) if self.resume else None
+
     def made(self, job_name: str, name_prefix: str) -> bool:
         """Whether this very execution created the job: of the lineage, and with this execution's
-        resume segment (none for the lineage's first execution)."""
+        resume segment."""
         parsed = JobName.parse(job_name)
-        expected = _digest(self.resume, RESUME_DIGEST_LENGTH) if self.resume else None
-        return self.owns(job_name, name_prefix) and parsed is not None and parsed.resume == expected
+        return self.owns(job_name, name_prefix) and parsed is not None and parsed.resume == self.resume_digest
 
 
 @dataclass(frozen=True)
@@ -115,15 +87,8 @@ class Trial:
         return _digest(key, CHECKPOINT_DIGEST_LENGTH)
 
     def job_name(self, name_prefix: str, spec_name: str, attempt: int = 0) -> str:
-        """Deterministic and within the API's 63 characters: the spec name is shortened, never the suffix."""
-        suffix = (
-            self.run.digest
-            + (f"-t{self.index}" if self.index is not None else "")
-            + (f"-r{_digest(self.run.resume, RESUME_DIGEST_LENGTH)}" if self.run.resume else "")
-            + (f"-a{attempt}" if attempt else "")
-        )
-        head = f"{training_job_name_prefix(name_prefix)}{spec_name}"[: TRAINING_JOB_NAME_MAX - len(suffix) - 1].rstrip("-")
-        return f"{head}-{suffix}"
+        """The name of this trial's job (trainstack_contract.job_names has its format)."""
+        return JobName.format(name_prefix, spec_name, self.run.digest, self.index, self.run.resume_digest, attempt)
 
     def checkpoint_prefix(self, spec_name: str) -> str:
         """Key prefix (in the artifacts bucket) of this trial's checkpoints."""

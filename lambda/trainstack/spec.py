@@ -10,11 +10,10 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainstack.durations import parse_duration
-from trainstack_training.health_rules import ACTIONS, RULES, parse_health
+from trainstack_contract.health_rules import ACTIONS, RULES, parse_health
 
 Strategy = Literal["ddp", "smddp", "smp", "fsdp"]
 HyperparameterValue = str | int | float | bool | list[Any] | dict[str, Any]
@@ -107,7 +106,7 @@ def _rule_summary() -> str:
 
 
 class Health(_Strict):
-    """The built-in training script's health rules (training/trainstack_training/health_rules.py)."""
+    """The built-in training script's health rules (training/trainstack_contract/health_rules.py)."""
 
     rules: dict[str, dict[str, Any] | bool] = Field(
         default_factory=dict,
@@ -235,6 +234,8 @@ class JobSpec(_Strict):
 
 def load_spec(text: str, source: str = "spec") -> JobSpec:
     """Parse YAML or JSON text into a JobSpec, or raise SpecError naming each bad field."""
+    import yaml  # only text needs it: Create (and Validate with an inline spec) parse dicts, and never pay its import
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:

@@ -49,11 +49,11 @@ from trainstack import facts
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.s3uri import split_s3_uri
 from trainstack.workflow import CAPACITY_FAILURE_MARKERS
+from trainstack_contract import fault_hooks
 from trainstack_local import container, runtimes
 from trainstack_local.event_feed import EventFeed
 from trainstack_local.hosts import Container, JobNetwork, host_names, remove_stale_networks, require_namespaces
 from trainstack_local.registry import ImageRegistry, TwinImage
-from trainstack_training.faults import TWIN_VARIABLE
 
 CAPACITY_FAILURE = f"{CAPACITY_FAILURE_MARKERS[0]}: Unable to provision requested ML compute capacity. Please retry later."
 SUBMIT_DIRECTORY = "sagemaker_submit_directory"
@@ -264,7 +264,7 @@ class JobRun:
             "TRAINING_JOB_ARN": self.job.arn,
         }
         environment.update(getattr(self.job, "environment", None) or {})
-        environment.update({TWIN_VARIABLE: "1", **dict(self.twin.settings.fault_hooks)})  # the twin's own, never the spec's
+        environment.update({fault_hooks.TWIN: "1", **dict(self.twin.settings.fault_hooks)})  # the twin's own, never the spec's
         return environment
 
     def _watch(self, attempt: _Attempt) -> str:

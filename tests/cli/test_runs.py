@@ -12,10 +12,10 @@ from botocore.exceptions import ClientError
 
 from trainstack import facts
 from trainstack.identity import Run
-from trainstack.metric_definitions import metric_definitions
 from trainstack_cli.runs import RunView, latest_metrics, position, run_identity, run_view, trial_index, trial_view
 from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_NO_STACK, CliError, aws_errors, find_stack
 from trainstack_cli.views import console, runs_table
+from trainstack_contract.metric_lines import metric_definitions
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 PRICE = facts.instance("ml.p4d.24xlarge").price_per_hour

@@ -1,5 +1,5 @@
 """The built-in training script's contract, checked before launch through the script's own typed
-config (trainstack_training.config): what it would refuse after the instances are up is refused here."""
+config (trainstack_contract.config): what it would refuse after the instances are up is refused here."""
 
 from __future__ import annotations
 

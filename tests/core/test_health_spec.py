@@ -13,8 +13,8 @@ from trainstack.preflight import rule_problems
 from trainstack.request import build_request
 from trainstack.rules import resolve
 from trainstack.spec import SpecError, json_schema, parse_spec
-from trainstack_training.config import parse_config
-from trainstack_training.health_rules import CHECKPOINT_AND_STOP, RULES
+from trainstack_contract.config import parse_config
+from trainstack_contract.health_rules import CHECKPOINT_AND_STOP, RULES
 
 HEALTH = {"rules": {"exploding_gradients": {"threshold": 50, "action": "checkpoint_and_stop"}, "loss_not_decreasing": False}}
 
@@ -58,6 +58,6 @@ def test_the_schema_documents_every_rule():
 
 def test_the_readme_rules_table_is_the_rules_table():
     from tools.readme_section import section
-    from trainstack_training.health_rules import README_END, README_START, rules_table
+    from trainstack_contract.health_rules import README_END, README_START, rules_table
 
     assert section(README_START, README_END) == rules_table()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainstack.identity import JobName, Run
-from trainstack.naming import TRAINING_JOB_NAME_PATTERN
+from trainstack.identity import Run
+from trainstack_contract.job_names import TRAINING_JOB_NAME_PATTERN, JobName
 
 UPLOAD = "s3://b/jobs/a.yaml#v1"
 

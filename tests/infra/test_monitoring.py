@@ -10,7 +10,7 @@ from aws_cdk.assertions import Template
 from stacks.monitoring import TrainingMonitoring
 from tests.synth import synthesize
 from trainstack import run_report
-from trainstack.metric_definitions import METRICS
+from trainstack_contract.metric_lines import METRICS
 
 
 def _key_statements(stack, service):

@@ -14,8 +14,8 @@ from trainstack.planner.memory import activation_bytes
 from trainstack.planner.parallelism import Layout
 from trainstack.planner.workload import workload_of
 from trainstack.spec import parse_spec
-from trainstack_training.config import parse_config
-from trainstack_training.model_sizes import GPT_SIZES
+from trainstack_contract.config import parse_config
+from trainstack_contract.model_sizes import GPT_SIZES
 from trainstack_training.models import build_model
 from trainstack_training.strategies.memory import apply_block_wrappers
 

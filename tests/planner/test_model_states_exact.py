@@ -18,7 +18,7 @@ from trainstack.instances import CATALOG
 from trainstack.planner.memory import model_states
 from trainstack.planner.parallelism import Layout
 from trainstack.planner.workload import Workload, gpt_architecture
-from trainstack_training.model_sizes import GPT_SIZES
+from trainstack_contract.model_sizes import GPT_SIZES
 from trainstack_training.models import build_model
 
 WORLD = 16  # two 8-GPU nodes

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trainstack_training.config import ConfigError, parse_config
+from trainstack_contract.config import ConfigError, parse_config
 
 
 def test_arguments_are_typed_from_sagemaker_strings():

@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from tests.training.launch import free_port
-from trainstack_training.config import TrainConfig
+from trainstack_contract.config import TrainConfig
 from trainstack_training.distributed import DistContext
 from trainstack_training.models import build_model
 from trainstack_training.strategies import builds_on_meta, parallelize

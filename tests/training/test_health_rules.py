@@ -11,7 +11,7 @@ import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from tests.training.launch import environment, job_args, run
-from trainstack.metric_definitions import METRICS
+from trainstack_contract.metric_lines import METRICS
 from trainstack_training.checkpoint import MANIFEST
 
 pytestmark = [pytest.mark.slow]

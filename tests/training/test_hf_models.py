@@ -13,7 +13,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from transformers import AutoModelForCausalLM, GPT2Config
 
 from tests.training.launch import job_args, run
-from trainstack_training.config import ConfigError, TrainConfig
+from trainstack_contract.config import ConfigError, TrainConfig
 from trainstack_training.health import layer_of
 from trainstack_training.models import build_model
 from trainstack_training.models.hf import HFCausalLM

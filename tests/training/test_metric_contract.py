@@ -7,8 +7,7 @@ import re
 import pytest
 
 from tests.training.launch import job_args, run
-from trainstack.metric_definitions import metric_definitions
-from trainstack_training.metrics import format_line
+from trainstack_contract.metric_lines import format_line, metric_definitions
 
 pytestmark = pytest.mark.slow
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from trainstack_training.config import parse_config
-from trainstack_training.model_sizes import GPT_SIZES
+from trainstack_contract.config import parse_config
+from trainstack_contract.model_sizes import GPT_SIZES
 from trainstack_training.models import build_model
 from trainstack_training.strategies.memory import apply_block_wrappers
 

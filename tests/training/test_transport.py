@@ -14,7 +14,7 @@ import pytest
 
 from tests.training.launch import ROOT
 from tests.training.standins import nccl
-from trainstack_training.config import parse_config
+from trainstack_contract.config import parse_config
 from trainstack_training.transport import EfaTransportError, check_required, prepare, require_efa, transport_problem
 
 EFA_HOST = {"FI_PROVIDER": "efa", "SM_CURRENT_INSTANCE_TYPE": "ml.p5.48xlarge"}

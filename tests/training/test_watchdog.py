@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.training.launch import TIMEOUT, environment, job_args, run
-from trainstack_training.config import parse_config
+from trainstack_contract.config import parse_config
 from trainstack_training.distributed import Launch, process_group_timeout
 from trainstack_training.watchdog import Heartbeat, Heartbeats, Point, Watchdog, diagnose, step_limit
 

@@ -28,9 +28,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from trainstack_contract.config import TrainConfig
+from trainstack_contract.runtime_requirements import Need, meets
 from trainstack_training import sagemaker_libraries, transport
-from trainstack_training.config import TrainConfig
-from trainstack_training.runtime_requirements import Need, meets
 
 # The process group's own timeout outlasts every limit the watchdog applies (startup_timeout at most,
 # or a longer fixed step_timeout) by this much, so the watchdog, which names the stuck ranks and dumps

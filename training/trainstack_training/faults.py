@@ -26,10 +26,10 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
-if TYPE_CHECKING:  # torch-free at import: the twin reads TWIN_VARIABLE from here
-    import torch
+from trainstack_contract import fault_hooks
 
-TWIN_VARIABLE = "TRAINSTACK_TWIN"  # set by the local twin in its containers: the only place fault hooks act
+if TYPE_CHECKING:  # torch only where the hooks act on tensors
+    import torch
 
 
 class StopRequest:
@@ -68,19 +68,20 @@ class FaultHooks:
     @classmethod
     def read(cls, rank: int, environ: Mapping[str, str] | None = None) -> FaultHooks:
         environ = os.environ if environ is None else environ
-        if environ.get(TWIN_VARIABLE) != "1":
+        if environ.get(fault_hooks.TWIN) != "1":
             return cls()
         return cls(
-            _rank_step(environ, "TRAINSTACK_INJECT_HANG", rank),
-            _rank_step(environ, "TRAINSTACK_INJECT_NAN", rank),
-            environ.get("TRAINSTACK_FREEZE") or None,
+            _rank_step(environ, fault_hooks.INJECT_HANG, rank),
+            _rank_step(environ, fault_hooks.INJECT_NAN, rank),
+            environ.get(fault_hooks.FREEZE) or None,
         )
 
-    def install(self, named_parameters: Iterable[tuple[str, torch.nn.Parameter]], layer_of: Callable[[str], str]) -> None:
+    def install(self, named_parameters: Iterable[tuple[str, torch.nn.Parameter]], layer_of: Callable[[str], str]) -> FaultHooks:
         if self.frozen_layer:
             for name, parameter in named_parameters:
                 if layer_of(name) == self.frozen_layer:
                     parameter.register_hook(lambda grad: grad * 1e-9)
+        return self
 
     def before_batch(self, step: int) -> None:
         if step == self.hang_at:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trainstack_training.health_rules import CHECKPOINT_AND_STOP, STOP, RuleSetting
+from trainstack_contract.health_rules import CHECKPOINT_AND_STOP, STOP, RuleSetting
+from trainstack_contract.metric_lines import health_line
 
 # Wrapper prefixes that activation checkpointing, DDP, FSDP1 and torch.compile add to parameter names.
 WRAPPERS = re.compile(r"(^|\.)(_checkpoint_wrapped_module|_offload_wrapped_module|_fsdp_wrapped_module|module|_orig_mod)\.")
@@ -39,8 +40,7 @@ class Verdict:
 
     def line(self) -> str:
         """The warning line (a MetricDefinition per rule publishes its step)."""
-        values = " ".join(f"{k}={_number(v)}" for k, v in self.values.items())
-        return f"health rule={self.rule} step={self.step} action={self.action} {values}".rstrip()
+        return health_line(self.rule, self.step, self.action, " ".join(f"{k}={_number(v)}" for k, v in self.values.items()))
 
     def reason(self) -> str:
         values = ", ".join(f"{k}={_number(v)}" for k, v in self.values.items())

@@ -1,7 +1,6 @@
-"""Log lines are a contract: `MetricDefinitions` in the request builder parse them with regexes.
+"""What the metric lines report: throughput, MFU and TensorBoard scalars. The lines' format and the
+regexes SageMaker reads them with are the contract's (trainstack_contract.metric_lines).
 
-Every log interval prints one line of `key=value` pairs on rank 0, e.g.
-    step=20 loss=2.3456 lr=3.000e-04 tokens_per_sec=1234.5 step_time=0.123 mfu=0.412
 `mfu=` appears only where the accelerator's peak FLOP/s for the run's precision is known:
 a guessed peak gives a wrong number, which is worse than none.
 """
@@ -46,25 +45,6 @@ def peak_flops(device: torch.device, precision: str) -> float | None:
         if fragment in name and kind == precision:
             return flops
     return None
-
-
-# How each key prints; the request builder's regexes expect exactly these shapes.
-FORMATS = {
-    "step": "{:d}",
-    "loss": "{:.4f}",
-    "lr": "{:.3e}",
-    "grad_norm": "{:.4f}",
-    "tokens_per_sec": "{:.1f}",
-    "samples_per_sec": "{:.1f}",
-    "step_time": "{:.4f}",
-    "mfu": "{:.4f}",
-    "grad_norm_layer_min": "{:.4e}",
-    "grad_norm_layer_max": "{:.4e}",
-}
-
-
-def format_line(values: dict[str, float | int]) -> str:
-    return " ".join(f"{key}={FORMATS[key].format(value)}" for key, value in values.items())
 
 
 class Throughput:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from trainstack_training.config import TrainConfig
+from trainstack_contract.config import TrainConfig
 from trainstack_training.distributed import Launch
 from trainstack_training.faults import write_failure
 

@@ -1,7 +1,7 @@
 """What is trained, and how: the model's shape and the batch, precision and memory options.
 
 The built-in script's workload comes from its hyperparameters, parsed by the script's own typed
-config (trainstack_training.config, torch-free, shipped in the Lambda asset beside the core), so the
+config (trainstack_contract.config, torch-free, shipped in the Lambda asset beside the core), so the
 planner and the script can never read a hyperparameter differently. A user's own script describes
 its model in the spec's `model:` block.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainstack.spec import JobSpec, ModelShape
-from trainstack_training.config import TrainConfig, parse_config
-from trainstack_training.model_sizes import GPT_SIZES, MLP_EXPANSION, is_hf_model
+from trainstack_contract.config import TrainConfig, parse_config
+from trainstack_contract.model_sizes import GPT_SIZES, MLP_EXPANSION, is_hf_model
 
 DEFAULT_HEAD_DIM = 128
 GATED_MLP_EXPANSION = 8 / 3  # Llama's SwiGLU width for the same parameters as a 4x GELU MLP

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainstack_training.model_sizes import CLASSIFIERS, GPT_SIZES, MODEL_NAMES, is_hf_model
+from trainstack_contract.model_sizes import CLASSIFIERS, GPT_SIZES, MODEL_NAMES, is_hf_model
 from trainstack_training.models.classifier import Classifier
 from trainstack_training.models.gpt import GPT
 from trainstack_training.models.hf import HFCausalLM

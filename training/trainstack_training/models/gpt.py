@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from trainstack_training.model_sizes import MLP_EXPANSION, GPTConfig
+from trainstack_contract.model_sizes import MLP_EXPANSION, GPTConfig
 
 
 class CausalSelfAttention(nn.Module):

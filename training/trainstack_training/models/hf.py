@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from trainstack_training.config import ConfigError
-from trainstack_training.model_sizes import SMP_TENSOR_PARALLEL_MODEL_TYPES, hf_source
+from trainstack_contract.config import ConfigError
+from trainstack_contract.model_sizes import SMP_TENSOR_PARALLEL_MODEL_TYPES, hf_source
 
 # Weights load from safetensors only: a pickled checkpoint runs code when loaded, and silently
 # ignoring one would train from random weights.

@@ -11,7 +11,7 @@ import importlib
 
 from torch import nn
 
-from trainstack_training.config import TrainConfig
+from trainstack_contract.config import TrainConfig
 from trainstack_training.distributed import DistContext
 from trainstack_training.strategies.base import Apply, Parallelized
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from trainstack_training.config import TrainConfig
+from trainstack_contract.config import TrainConfig
 from trainstack_training.distributed import DistContext
 
 

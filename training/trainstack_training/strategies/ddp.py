@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trainstack_training.config import TrainConfig
+from trainstack_contract.config import TrainConfig
 from trainstack_training.distributed import DistContext
 from trainstack_training.strategies.base import Parallelized
 from trainstack_training.strategies.memory import apply_block_wrappers

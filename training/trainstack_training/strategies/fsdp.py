@@ -23,7 +23,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-from trainstack_training.config import ConfigError, TrainConfig
+from trainstack_contract.config import ConfigError, TrainConfig
 from trainstack_training.distributed import DistContext
 from trainstack_training.precision import compute_dtype
 from trainstack_training.strategies.base import Parallelized

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper, offload_wrapper
 
-from trainstack_training.config import TrainConfig
+from trainstack_contract.config import TrainConfig
 
 
 def apply_block_wrappers(model: nn.Module, config: TrainConfig) -> None:

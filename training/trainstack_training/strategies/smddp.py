@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from trainstack_training.config import TrainConfig
+from trainstack_contract.config import TrainConfig
 from trainstack_training.distributed import DistContext
 from trainstack_training.strategies import ddp
 from trainstack_training.strategies.base import Parallelized

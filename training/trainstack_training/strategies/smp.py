@@ -10,8 +10,8 @@ from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
+from trainstack_contract.config import ConfigError, TrainConfig
 from trainstack_training import sagemaker_libraries
-from trainstack_training.config import ConfigError, TrainConfig
 from trainstack_training.distributed import DistContext
 from trainstack_training.precision import compute_dtype
 from trainstack_training.strategies.base import Parallelized

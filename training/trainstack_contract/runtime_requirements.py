@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainstack_training.model_sizes import is_hf_model
+from trainstack_contract.model_sizes import is_hf_model
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def parse_health(text: str) -> tuple[RuleSetting, ...]:
     return tuple(settings)
 
 
-README_START = "<!-- health-rules:start (generated from training/trainstack_training/health_rules.py; do not edit) -->"
+README_START = "<!-- health-rules:start (generated from training/trainstack_contract/health_rules.py; do not edit) -->"
 README_END = "<!-- health-rules:end -->"
 
 

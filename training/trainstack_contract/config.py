@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from trainstack_training.health_rules import RuleSetting, parse_health
-from trainstack_training.model_sizes import HF_PREFIX, MODEL_NAMES, is_hf_model, is_known_model
+from trainstack_contract.health_rules import RuleSetting, parse_health
+from trainstack_contract.model_sizes import HF_PREFIX, MODEL_NAMES, is_hf_model, is_known_model
 
 STRATEGIES = ("ddp", "smddp", "smp", "fsdp")
 PRECISIONS = ("fp32", "bf16", "fp16")
