@@ -2,7 +2,7 @@
 code (no `image`, no `source_dir`) must pass hyperparameters the script's typed config accepts, for
 every trial of a sweep, and give it inputs it can read.
 
-The hyperparameters go through the script's own parser (trainstack_training.config, shipped beside
+The hyperparameters go through the script's own parser (trainstack_contract.config, shipped beside
 the core in the Lambda asset), so the check and the script can never disagree.
 """
 
@@ -13,18 +13,18 @@ from trainstack.entrypoint import INPUT_DATA_ROOT
 from trainstack.facts import ImageKind, Runtime
 from trainstack.instances import lookup
 from trainstack.planner.workload import builtin_config
-from trainstack.rules import Plan, Problem
+from trainstack.rules import Problem, Resolution
 from trainstack.spec import JobSpec
 from trainstack.workflow import trials
-from trainstack_training.config import ConfigError
-from trainstack_training.model_sizes import hf_source, is_hf_model
-from trainstack_training.runtime_requirements import Need, meets, needs
+from trainstack_contract.config import ConfigError
+from trainstack_contract.model_sizes import hf_source, is_hf_model
+from trainstack_contract.runtime_requirements import Need, meets, needs
 
 # The script reads its data as files: a Pipe channel is a FIFO of concatenated records it cannot parse.
 READABLE_MODES = ("File", "FastFile")
 
 
-def contract_problems(spec: JobSpec, resolution: Plan) -> list[Problem]:
+def contract_problems(spec: JobSpec, resolution: Resolution) -> list[Problem]:
     """Every way the built-in script would refuse this spec once its instances are up, its image's
     runtime included."""
     strategy = resolution.strategy
@@ -75,9 +75,9 @@ def contract_problems(spec: JobSpec, resolution: Plan) -> list[Problem]:
     return problems + (_cpu_offload_problems(spec) if offloads else [])
 
 
-def _runtime_problems(spec: JobSpec, resolution: Plan, model: str) -> list[Problem]:
+def _runtime_problems(spec: JobSpec, resolution: Resolution, model: str) -> list[Problem]:
     """The framework image's torch and packages against what the script needs for this strategy and
-    model (trainstack_training.runtime_requirements): a job on an image that cannot run it would be
+    model (trainstack_contract.runtime_requirements): a job on an image that cannot run it would be
     billed for its start-up and die at import."""
     if resolution.framework is None:  # your own image (not seen here), or no version: other rules speak
         return []
@@ -136,7 +136,7 @@ def runnable_versions(kind: ImageKind, launchers: frozenset[str], strategy: str,
     ]
 
 
-def _version_fix(resolution: Plan, model: str) -> str:
+def _version_fix(resolution: Resolution, model: str) -> str:
     """The oldest version the launcher takes whose image runs the script for this job."""
     runnable = runnable_versions(resolution.image_kind, resolution.launchers, resolution.strategy, model)
     if not runnable:

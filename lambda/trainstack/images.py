@@ -33,7 +33,7 @@ IMAGE_URI = re.compile(
 
 
 @dataclass(frozen=True)
-class Resolution:
+class FrameworkVersion:
     """An exact framework version for a spec's `framework_version` (or its default)."""
 
     version: str
@@ -108,16 +108,16 @@ def supported_versions(kind: ImageKind, launchers: frozenset[str]) -> tuple[str,
     return versions
 
 
-def resolve(kind: ImageKind, launchers: frozenset[str], written: str | None) -> Resolution | None:
+def resolve(kind: ImageKind, launchers: frozenset[str], written: str | None) -> FrameworkVersion | None:
     """The exact version: the newest supported one when `written` is None, else what `written`
     names if it is supported; None when it names nothing supported."""
     supported = supported_versions(kind, launchers)
     if written is None:
-        return Resolution(supported[-1], None) if supported else None
+        return FrameworkVersion(supported[-1], None) if supported else None
     exact = facts.resolve_version(kind, written)
     if exact is None or exact not in supported:
         return None
-    return Resolution(exact, None if exact == written else written)
+    return FrameworkVersion(exact, None if exact == written else written)
 
 
 def image_uri(kind: ImageKind, version: str, py_version: str, region: str, instance: Instance) -> str:
@@ -134,8 +134,8 @@ def default_base_image(region: str) -> str:
     training DLC of the newest version torch_distributed supports, in `region` (ddp and fsdp jobs;
     smddp and smp need their own base, see `make image`)."""
     kind: ImageKind = "dlc"
-    resolution = resolve(kind, frozenset({TORCH_DISTRIBUTED}), None)
-    if resolution is None:
+    framework = resolve(kind, frozenset({TORCH_DISTRIBUTED}), None)
+    if framework is None:
         raise facts.ImageUnavailableError("no PyTorch training DLC in the facts file", ())
-    version = resolution.version
+    version = framework.version
     return facts.image_uri(kind, version, facts.default_py_version(kind, version), region, "", "gpu")

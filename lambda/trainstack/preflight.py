@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from trainstack.builtin_script import contract_problems
 from trainstack.planner.memory import GIB
 from trainstack.planner.plan import JobPlan, OptionPlan, plan_job
-from trainstack.rules import Plan, Problem, SpecRejectedError, check, resolve
+from trainstack.rules import Problem, Resolution, SpecRejectedError, check, resolve
 from trainstack.spec import JobSpec
 
 
 @dataclass(frozen=True)
 class Preflight:
-    resolution: Plan
+    resolution: Resolution
     plan: JobPlan
     spec: JobSpec  # as it will run: with the choices the plan made where the spec left them open
 
@@ -41,7 +41,7 @@ def preflight(spec: JobSpec, count_objects: Callable[[str], int] | None = None, 
     return Preflight(resolution, plan, spec)
 
 
-def planned(spec: JobSpec) -> tuple[JobSpec, Plan, JobPlan]:
+def planned(spec: JobSpec) -> tuple[JobSpec, Resolution, JobPlan]:
     """The spec as it will run (with the defaults the plan chooses), its resolution and its plan, for
     a spec whose rules pass."""
     resolution = resolve(spec)
@@ -51,7 +51,7 @@ def planned(spec: JobSpec) -> tuple[JobSpec, Plan, JobPlan]:
     return spec, resolution, plan
 
 
-def _reduce_every_micro_step_if_it_fits(spec: JobSpec, resolution: Plan, plan: JobPlan) -> tuple[JobSpec, JobPlan]:
+def _reduce_every_micro_step_if_it_fits(spec: JobSpec, resolution: Resolution, plan: JobPlan) -> tuple[JobSpec, JobPlan]:
     """The built-in script's accumulation default follows memory: it keeps a full gradient copy
     between micro-steps (fewer collectives) unless only reducing every micro-step fits the GPUs."""
     knob = "reduce_every_micro_step"

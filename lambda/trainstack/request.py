@@ -7,7 +7,7 @@ The script-mode hyperparameters follow the contract the framework containers' to
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainstack import images
 from trainstack.entrypoint import ENTRY_CHANNEL, INPUT_DATA_ROOT, container_entrypoint
@@ -15,30 +15,54 @@ from trainstack.identity import Trial
 from trainstack.instances import CATALOG, efa_environment
 from trainstack.launchers import launcher_hyperparameters
 from trainstack.layout import MODELS_PREFIX, TENSORBOARD_PREFIX
-from trainstack.metric_definitions import metric_definitions
-from trainstack.naming import TRAINING_JOB_NAME_PATTERN
-from trainstack.rules import MAX_ENVIRONMENT, Plan
 from trainstack.spec import JobSpec
 from trainstack.stack_context import StackContext
+from trainstack_contract.job_names import TRAINING_JOB_NAME_PATTERN
+from trainstack_contract.metric_lines import metric_definitions
+
+if TYPE_CHECKING:  # for the type only: the rules import this module (api_limits reads TRAINSTACK_HYPERPARAMETERS)
+    from trainstack.rules import Resolution
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
 CODE_CHANNEL = "code"
+# Every hyperparameter the builder sets beside the spec's own, on the job that gets the most: the
+# built-in script's settings and the toolkit's sagemaker_* entries (script_mode_hyperparameters), and
+# SMP v2's launcher entries (launchers.py; no other distribution the rules pass gets more than these
+# four). The rules keep room for all of them under the API's limit (rules/api_limits.py). The health
+# block's two entries need none: only the built-in script takes them, and it refuses any hyperparameter
+# it does not know, so its jobs stay far below the limit.
+TRAINSTACK_HYPERPARAMETERS = (
+    "strategy",
+    "checkpoint_dir",
+    "tensorboard_dir",
+    "sagemaker_program",
+    "sagemaker_submit_directory",
+    "sagemaker_region",
+    "sagemaker_container_log_level",
+    "sagemaker_job_name",
+    "mp_parameters",
+    "sagemaker_distributed_dataparallel_enabled",
+    "sagemaker_instance_type",
+    "sagemaker_torch_distributed_enabled",
+)
 
 
-def image_uri(spec: JobSpec, plan: Plan, region: str) -> str:
+def image_uri(spec: JobSpec, resolution: Resolution, region: str) -> str:
     if spec.image:
         return spec.image
-    return images.image_uri(plan.image_kind, plan.framework_version, plan.py_version, region, plan.instance)
+    return images.image_uri(
+        resolution.image_kind, resolution.framework_version, resolution.py_version, region, resolution.instance
+    )
 
 
 def script_mode_hyperparameters(
-    spec: JobSpec, plan: Plan, stack: StackContext, job_name: str, overrides: dict[str, Any]
+    spec: JobSpec, resolution: Resolution, stack: StackContext, job_name: str, overrides: dict[str, Any]
 ) -> dict[str, str]:
     source = spec.source_dir or stack.source_s3_uri
     # With network isolation the code arrives as a channel; a channel keeps each object's base name.
     submit = f"{INPUT_DATA_ROOT}/{CODE_CHANNEL}/{source.rsplit('/', 1)[-1]}" if spec.network_isolation else source
-    values: dict[str, Any] = {**spec.script_hyperparameters, **overrides, "strategy": plan.strategy}
+    values: dict[str, Any] = {**spec.script_hyperparameters, **overrides, "strategy": resolution.strategy}
     if spec.checkpoints:
         values["checkpoint_dir"] = CHECKPOINT_LOCAL_PATH
     if spec.tensorboard:
@@ -51,13 +75,13 @@ def script_mode_hyperparameters(
         sagemaker_container_log_level="20",
         sagemaker_job_name=json.dumps(job_name),
     )
-    encoded.update(launcher_hyperparameters(plan.distribution, spec.instance_type))
+    encoded.update(launcher_hyperparameters(resolution.distribution, spec.instance_type))
     return encoded
 
 
 def build_request(
     spec: JobSpec,
-    plan: Plan,
+    resolution: Resolution,
     stack: StackContext,
     *,
     trial: Trial,
@@ -90,17 +114,17 @@ def build_request(
         stopping["MaxWaitTimeInSeconds"] = spec.spot.max_wait or spec.max_runtime
     if spec.max_pending:
         stopping["MaxPendingTimeInSeconds"] = spec.max_pending
-    environment = {**efa_environment(plan.instance), **spec.environment}
+    environment = {**efa_environment(resolution.instance), **spec.environment}
     request: dict[str, Any] = {
         "TrainingJobName": job_name,
         "AlgorithmSpecification": {
-            "TrainingImage": image_uri(spec, plan, stack.region),
+            "TrainingImage": image_uri(spec, resolution, stack.region),
             "TrainingInputMode": "File",
             "MetricDefinitions": metric_definitions(),
             "EnableSageMakerMetricsTimeSeries": True,
         },
         "RoleArn": stack.role_arn,
-        "HyperParameters": script_mode_hyperparameters(spec, plan, stack, job_name, overrides or {}),
+        "HyperParameters": script_mode_hyperparameters(spec, resolution, stack, job_name, overrides or {}),
         "OutputDataConfig": {"S3OutputPath": f"{artifacts}/{MODELS_PREFIX}", "KmsKeyId": stack.key_arn},
         "ResourceConfig": resource,
         "VpcConfig": {"SecurityGroupIds": list(stack.security_group_ids), "Subnets": list(stack.subnet_ids)},
@@ -110,7 +134,7 @@ def build_request(
         if spec.inter_container_encryption is None
         else spec.inter_container_encryption,
         "EnableManagedSpotTraining": spec.spot.enabled,
-        "Tags": [{"Key": k, "Value": v} for k, v in spec.tags.items()] + trial.tags(spec.name, plan.strategy, execution),
+        "Tags": [{"Key": k, "Value": v} for k, v in spec.tags.items()] + trial.tags(spec.name, resolution.strategy, execution),
     }
     if stack.entry_s3_uri and not spec.image:  # script mode in a framework image: PID 1 forwards SIGTERM
         request["AlgorithmSpecification"]["ContainerEntrypoint"] = container_entrypoint(stack.entry_s3_uri)
@@ -151,18 +175,22 @@ def validate_request(request: dict[str, Any]) -> None:
     import botocore.session
     from botocore.validate import ParamValidator
 
+    from trainstack.rules.api_limits import limits  # on the call: the rules import this module
+
+    limit = limits()
     service = botocore.session.get_session().get_service_model("sagemaker")
     report = ParamValidator().validate(request, service.operation_model("CreateTrainingJob").input_shape)
     problems = [report.generate_report()] if report.has_errors() else []
     if not TRAINING_JOB_NAME_PATTERN.match(request["TrainingJobName"]):
         problems.append(f"TrainingJobName {request['TrainingJobName']!r} breaks {TRAINING_JOB_NAME_PATTERN.pattern}")
     hyperparameters = request.get("HyperParameters", {})
-    if len(hyperparameters) > 100:
-        problems.append(f"{len(hyperparameters)} hyperparameters; the limit is 100")
-    if len(request.get("Environment", {})) > MAX_ENVIRONMENT:
-        problems.append(f"{len(request['Environment'])} environment variables; the limit is {MAX_ENVIRONMENT}")
+    if len(hyperparameters) > limit.hyperparameters:
+        problems.append(f"{len(hyperparameters)} hyperparameters; the limit is {limit.hyperparameters}")
+    if len(request.get("Environment", {})) > limit.environment:
+        problems.append(f"{len(request['Environment'])} environment variables; the limit is {limit.environment}")
     problems += [f"hyperparameter {k!r} is not a string" for k, v in hyperparameters.items() if not isinstance(v, str)]
-    too_long = [k for k, v in hyperparameters.items() if len(k) > 256 or (isinstance(v, str) and len(v) > 2500)]
-    problems += [f"hyperparameter {k!r} is longer than the API allows (key 256, value 2500)" for k in too_long]
+    key_most, value_most = limit.hyperparameter_key, limit.hyperparameter_value
+    too_long = [k for k, v in hyperparameters.items() if len(k) > key_most or (isinstance(v, str) and len(v) > value_most)]
+    problems += [f"hyperparameter {k!r} is longer than the API allows (key {key_most}, value {value_most})" for k in too_long]
     if problems:
         raise InvalidRequestError("; ".join(problems))

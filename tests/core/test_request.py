@@ -9,7 +9,7 @@ import pytest
 
 from tests.core.specs import DDP, SMP, SPECS, STACK
 from trainstack.identity import Run
-from trainstack.request import InvalidRequestError, build_request, validate_request
+from trainstack.request import TRAINSTACK_HYPERPARAMETERS, InvalidRequestError, build_request, validate_request
 from trainstack.rules import check_or_raise
 from trainstack.spec import parse_spec
 
@@ -31,6 +31,13 @@ def test_request_matches_the_reviewed_golden_request(strategy):
 @pytest.mark.parametrize("strategy", sorted(SPECS))
 def test_request_passes_botocores_create_training_job_model(strategy):
     validate_request(build(strategy))
+
+
+@pytest.mark.parametrize("strategy", sorted(SPECS))
+def test_the_rules_keep_room_for_every_hyperparameter_the_builder_adds(strategy):
+    spec = parse_spec({**SPECS[strategy], "checkpoints": True, "tensorboard": True})
+    added = set(build(strategy, spec.model_dump(mode="json"))["HyperParameters"]) - set(spec.script_hyperparameters)
+    assert len(added) <= len(TRAINSTACK_HYPERPARAMETERS), sorted(added)
 
 
 def test_validator_catches_what_botocore_does_not():

@@ -6,7 +6,8 @@ import pytest
 
 from tests.core.specs import DDP, SMDDP, SMP, SPECS
 from trainstack import facts
-from trainstack.rules import SMP_V1_EQUIVALENTS, check, resolve
+from trainstack.rules import check, resolve
+from trainstack.rules.smp import SMP_V1_EQUIVALENTS
 from trainstack.spec import parse_spec
 
 TORCHRUN = {"torch_distributed": {"enabled": True}}
@@ -310,8 +311,8 @@ def test_every_smp_v1_key_the_sdk_validates_has_a_v2_message():
     ],
 )
 def test_strategy_and_world_size_resolve_from_either_spelling(spec, strategy, world):
-    plan = resolve(parse_spec(spec))
-    assert (plan.strategy, plan.world_size) == (strategy, world)
+    resolution = resolve(parse_spec(spec))
+    assert (resolution.strategy, resolution.world_size) == (strategy, world)
 
 
 @pytest.mark.parametrize(
@@ -345,8 +346,8 @@ def test_mpi_pasted_from_the_sdk_passes_with_the_builtin_script():
 def test_an_alias_resolves_as_the_sdk_resolves_it_and_python_follows_the_version(spec, version, alias, py_version):
     spec = parse_spec(spec)
     assert check(spec) == []
-    plan = resolve(spec)
-    assert (plan.framework.version, plan.framework.written, plan.py_version) == (version, alias, py_version)
+    resolution = resolve(spec)
+    assert (resolution.framework.version, resolution.framework.written, resolution.py_version) == (version, alias, py_version)
 
 
 @pytest.mark.parametrize(
@@ -359,8 +360,8 @@ def test_an_alias_resolves_as_the_sdk_resolves_it_and_python_follows_the_version
     ],
 )
 def test_without_a_version_the_newest_the_strategy_supports_is_used(spec, version, py_version):
-    plan = resolve(parse_spec(spec))
-    assert (plan.framework_version, plan.py_version) == (version, py_version)
+    resolution = resolve(parse_spec(spec))
+    assert (resolution.framework_version, resolution.py_version) == (version, py_version)
 
 
 def test_a_users_own_image_on_trainium_needs_no_framework_version():

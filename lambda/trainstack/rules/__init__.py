@@ -1,0 +1,72 @@
+"""The rules a job spec must pass before anything is billed. Pure functions over the spec.
+
+Each rule returns `Problem`s naming the field, the value, the rule broken and the fix. The outside
+facts a rule needs are passed in: how many objects a ShardedByS3Key channel holds (a function, so
+the Lambda supplies the S3 call) and the region the job would run in (images differ per region).
+Framework facts (versions, images, launcher lists, SMP keys, instances) come from the facts file.
+
+The rules live by family: capacity (instances, fallbacks, training plans, pending, EFA, spot),
+distribution (the SDK's distribution dict and its launchers), frameworks (strategy fit, Trainium,
+versions, images), smp (SMP v2's parameters and degrees), api_limits (CreateTrainingJob's limits),
+inputs (sharded channels). A spec that passes resolves to a `Resolution` (resolution.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trainstack.rules import api_limits, capacity, distribution, frameworks, inputs, smp
+from trainstack.rules.problems import Problem, SpecRejectedError
+from trainstack.rules.resolution import Resolution, resolve
+from trainstack.spec import JobSpec
+
+__all__ = ["Problem", "Resolution", "SpecRejectedError", "check", "check_or_raise", "resolve"]
+
+
+def check(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> list[Problem]:
+    """Every problem with the spec; an empty list means it may launch. With `region`, also whether
+    its framework image exists there."""
+    problems = capacity.option_problems(spec) or distribution.distribution_problems(spec)
+    if problems:  # the rest read the catalog's instance and the resolved distribution
+        return problems
+    problems += capacity.capacity_problems(spec)
+    problems += _fallback_problems(spec, region)
+    resolution = resolve(spec)
+    problems += frameworks.strategy_problems(spec, resolution)
+    problems += frameworks.trainium_problems(spec, resolution)
+    problems += frameworks.version_problems(spec, resolution)
+    problems += smp.parameter_problems(resolution)
+    problems += smp.degree_problems(spec, resolution)
+    problems += capacity.efa_variable_problems(spec, resolution)
+    problems += api_limits.environment_size_problems(spec, resolution)
+    problems += api_limits.runtime_problems(spec)
+    problems += capacity.spot_problems(spec)
+    problems += api_limits.warm_pool_problems(spec)
+    problems += api_limits.hyperparameter_problems(spec)
+    problems += api_limits.tag_problems(spec)
+    problems += api_limits.environment_problems(spec)
+    problems += api_limits.channel_name_problems(spec)
+    if region is not None:
+        problems += frameworks.image_in_region_problems(spec, resolution, region)
+    if count_objects is not None:
+        problems += inputs.sharded_input_problems(spec, count_objects)
+    return problems
+
+
+def check_or_raise(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> Resolution:
+    problems = check(spec, count_objects, region)
+    if problems:
+        raise SpecRejectedError(problems)
+    return resolve(spec)
+
+
+def _fallback_problems(spec: JobSpec, region: str | None) -> list[Problem]:
+    """Each fallback capacity option must pass the rules as the job's only type."""
+    problems = []
+    for index, name in enumerate(spec.capacity_options[1:], start=1):
+        alternative = spec.model_copy(update={"instance_type": name, "instance_types": None, "max_pending": None})
+        problems += [
+            Problem(f"instance_types[{index}] ({name}): {p.field}", p.value, p.rule, p.fix)
+            for p in check(alternative, None, region)
+        ]
+    return problems
