@@ -1,5 +1,7 @@
-"""The training loop, in run order: bootstrap, data, model, strategy, optimizer, resume, steps,
-checkpoints, export. Every strategy runs through this one loop."""
+"""The training loop, in the manner of torchtitan's Trainer: `build_trainer` makes the components
+(model, optimizer, scheduler, data, checkpointing, stop vote, metrics, health rules, fault hooks) in
+run order and resumes, and `Trainer.train` steps, logs, checks health, votes on stopping and
+checkpoints until max_steps, then exports. Every strategy runs through this one loop."""
 
 from __future__ import annotations
 
@@ -8,16 +10,21 @@ import functools
 import logging
 import math
 import platform
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
+from torch import nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
+from trainstack_contract.config import ConfigError, TrainConfig
+from trainstack_contract.health_rules import CHECKPOINT_AND_STOP
+from trainstack_contract.metric_lines import format_line
+from trainstack_contract.model_sizes import GPT_SIZES, is_hf_model, is_language_model
+from trainstack_contract.runtime_requirements import unmet_by_torch
 from trainstack_training import distributed
 from trainstack_training.checkpoint import Checkpointer, DataPosition, Progress, TrainingState, export_model
-from trainstack_training.config import ConfigError, TrainConfig
 from trainstack_training.data.images import ImageSet
 from trainstack_training.data.sampler import EpochShuffle, ShardPlan, micro_batch_indices
 from trainstack_training.data.tokens import DataError, TokenShards
@@ -30,14 +37,12 @@ from trainstack_training.health import (
     layer_of,
     layer_tensors,
 )
-from trainstack_training.health_rules import CHECKPOINT_AND_STOP
-from trainstack_training.metrics import Throughput, format_line, open_tensorboard, peak_flops
-from trainstack_training.model_sizes import GPT_SIZES, is_hf_model, is_language_model
+from trainstack_training.metrics import TensorBoardSink, Throughput, open_tensorboard, peak_flops
 from trainstack_training.models import build_model, save_model
 from trainstack_training.models.hf import HFCausalLM
 from trainstack_training.precision import autocast, grad_scaler
-from trainstack_training.runtime_requirements import unmet_by_torch
 from trainstack_training.strategies import builds_on_meta, parallelize
+from trainstack_training.strategies.base import Parallelized
 from trainstack_training.watchdog import Point, Watchdog
 
 log = logging.getLogger("trainstack")
@@ -53,7 +58,7 @@ def run(config: TrainConfig) -> str:
     try:
         context = distributed.init_distributed(config)
         try:
-            result = _train(config, context, watchdog)
+            result = build_trainer(config, context, watchdog).train()
             # Every rank is done before any destroys the group: rank 0 hosts the rendezvous store,
             # and a peer still in its last collective then aborts at exit (seen once under load).
             distributed.barrier(context)
@@ -62,6 +67,332 @@ def run(config: TrainConfig) -> str:
             distributed.shutdown(context)
     finally:
         watchdog.stop()
+
+
+@dataclass
+class Batches:
+    """This rank's share of each step's examples, in the seeded order of the data set."""
+
+    dataset: TokenShards | ImageSet
+    plan: ShardPlan
+    shuffle: EpochShuffle
+
+    def micro_batch(self, position: int, micro_step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs, targets = self.dataset.batch(micro_batch_indices(self.plan, self.shuffle, position, micro_step))
+        return inputs.to(device), targets.to(device)
+
+
+@dataclass
+class Checkpointing:
+    """What a checkpoint holds (model, optimizer, scheduler and progress as one DCP state) and where it
+    goes; with zero1 the optimizer's partitions are saved beside DCP's files, not through it."""
+
+    checkpointer: Checkpointer
+    state: TrainingState
+    zero1_optimizer: torch.optim.Optimizer | None
+
+    def save(self) -> Path:
+        return self.checkpointer.save(self.state, self.zero1_optimizer)
+
+    def resume(self, context: distributed.DistContext, leads_data_set: bool) -> None:
+        """Load the step every host agreed on, then continue this node's data set where it stopped."""
+        step = self.checkpointer.resume_step()
+        if step is None:
+            return
+        path = self.checkpointer.load(step, self.state, self.zero1_optimizer)
+        progress, current = self.state.progress, self.state.progress.data
+        saved = progress.every_data_set.get(progress.data_set)
+        if context.is_node_main:
+            position = saved.position if saved else 0
+            log.info("%s: resumed from %s at step %d, example position %d", context.node_name, path, progress.step, position)
+        if saved is None:
+            if leads_data_set:
+                log.warning(
+                    "%s: data set %s is new to this checkpoint (it holds %s): reading it from its start",
+                    context.node_name, progress.data_set, ", ".join(sorted(progress.every_data_set)) or "none",
+                )  # fmt: skip
+            return
+        if leads_data_set:
+            if saved.readers != current.readers:
+                # The position counts examples of the data set, not per rank, so its ranks re-split each
+                # step's examples from exactly where it stopped; nothing is skipped or repeated.
+                log.warning(
+                    "data-parallel degree changed from %d to %d: continuing at example %d with the global batch re-split",
+                    saved.readers, current.readers, saved.position,
+                )  # fmt: skip
+            if saved.batch != current.batch:
+                log.warning("global batch changed from %d to %d examples per step", saved.batch, current.batch)
+        current.position = saved.position
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    loss: torch.Tensor  # this rank's, summed over the micro-steps, still on the device
+    grad_norm: torch.Tensor  # still on the device
+    layer_norms: dict[str, float]  # per-layer gradient norms; empty but on log steps with a health rule on
+
+
+@dataclass(frozen=True)
+class LoggedValues:
+    """What a log step read on the host: the loss averaged over ranks and the step's gradient norm."""
+
+    loss: float
+    grad_norm: float
+
+
+@dataclass
+class Trainer:
+    """One rank's training run: its components, and the loop that drives them (`train`)."""
+
+    config: TrainConfig
+    context: distributed.DistContext
+    watchdog: Watchdog
+    parallel: Parallelized  # the module the loop runs, and the plain model inside it
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler | None
+    data: Batches
+    checkpoint: Checkpointing
+    stop: StopRequest
+    vote: distributed.StopVote
+    throughput: Throughput
+    tensorboard: TensorBoardSink | None  # rank 0's, with a tensorboard_dir
+    faults: FaultHooks
+    health: HealthMonitor
+    seq_len: int
+    # The fused AdamW kernel skips a step whose gradients are not finite on the device (the loss
+    # scaler's found_inf), so the norm needs no trip to the host but on log steps.
+    skip_on_device: bool
+    nonfinite_at: torch.Tensor = field(init=False)  # with skip_on_device, the first such step; 0: none
+
+    def __post_init__(self) -> None:
+        self.nonfinite_at = torch.zeros((), dtype=torch.long, device=self.context.device)
+
+    @property
+    def progress(self) -> Progress:
+        return self.checkpoint.state.progress
+
+    def train(self) -> str:
+        """Step until max_steps ("completed", the model exported) or a stop request ("stopped", checkpointed)."""
+        self.parallel.module.train()
+        while self.progress.step < self.config.max_steps:
+            step = self.progress.step + 1  # as the metric lines number it
+            outcome = self.train_step(step)
+            logged = self.log_metrics(step, outcome) if self._is_log_step(step) else None
+            self.check_health(step, outcome, logged)
+            if self.should_stop():
+                self.stop_with_checkpoint()
+                return "stopped"
+            if step % self.config.checkpoint_every == 0 or step == self.config.max_steps:
+                self.save_checkpoint()
+        self.export()
+        return "completed"
+
+    def train_step(self, step: int) -> StepOutcome:
+        """grad_accum micro-batches of forward and backward, then one optimizer step."""
+        distributed.seed_step(self.config.seed, self.progress.step, self.context)
+        loss = torch.zeros((), device=self.context.device)
+        for micro_step in range(self.config.grad_accum):
+            loss += self.forward_backward(step, micro_step)
+        self.watchdog.reached(Point.OPTIMIZER, step)
+        layer_norms = self.observe_gradients(step)  # before the optimizer step clears them
+        grad_norm = self.optimizer_step()
+        self.scheduler.step()
+        self.progress.step += 1
+        self.progress.data.position += self.data.plan.global_batch
+        self.watchdog.step_completed(step)
+        examples = self.config.micro_batch_size * self.config.grad_accum * self.context.world_size  # per step, all nodes
+        self.throughput.add(examples * (self.seq_len or 1))
+        return StepOutcome(loss, grad_norm, layer_norms)
+
+    def forward_backward(self, step: int, micro_step: int) -> torch.Tensor:
+        """One micro-batch; gradients are synchronised on the last of the accumulation window only.
+        Returns its loss, already divided by grad_accum."""
+        self.watchdog.reached(Point.DATA, step, micro_step)
+        self.faults.before_batch(step)
+        inputs, targets = self.data.micro_batch(self.progress.data.position, micro_step, self.context.device)
+        self.watchdog.reached(Point.COMPUTE, step, micro_step)
+        last = micro_step == self.config.grad_accum - 1
+        casts_itself = self.parallel.shards_optimizer_state  # FSDP casts through its mixed-precision policy
+        with (
+            self.parallel.no_sync() if not last else contextlib.nullcontext(),
+            autocast(self.config.precision, self.context.device, casts_itself),
+        ):
+            loss = self.faults.loss(step, self.parallel.module(inputs, targets) / self.config.grad_accum)
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
+        return loss.detach()
+
+    def observe_gradients(self, step: int) -> dict[str, float]:
+        """On log steps only: one reduction of per-layer squares (on shards with FSDP2/SMP); histograms
+        every histogram_every steps on rank 0."""
+        watched = self._is_log_step(step) and bool(self.health.settings)  # with every rule off, nothing is computed
+        named = self.parallel.model.named_parameters
+        replicas = _shard_replicas(self.config, self.context.world_size)
+        layer_norms = layer_gradient_norms(named(), self.parallel.shards_optimizer_state, replicas) if watched else {}
+        if self.tensorboard and self.config.histogram_every and step % self.config.histogram_every == 0:
+            self.tensorboard.histograms("weights", layer_tensors(named(), gradients=False), step)
+            self.tensorboard.histograms("gradients", layer_tensors(named(), gradients=True), step)
+        return layer_norms
+
+    def optimizer_step(self) -> torch.Tensor:
+        """Clip, then update unless the gradients are not finite (a NaN or infinite gradient would poison
+        every weight it touches); returns the gradient norm, still on the device."""
+        module, optimizer, scaler = self.parallel.module, self.optimizer, self.scaler
+        if scaler:
+            scaler.unscale_(optimizer)
+        clip = getattr(module, "clip_grad_norm_", None)  # FSDP1 needs its own (sharded) norm
+        norm = clip(self.config.grad_clip) if clip else torch.nn.utils.clip_grad_norm_(module.parameters(), self.config.grad_clip)
+        if hasattr(norm, "full_tensor"):  # FSDP2 returns a DTensor
+            norm = norm.full_tensor()
+        if scaler:
+            scaler.step(optimizer)
+            scaler.update()
+        elif self.skip_on_device:
+            inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer steps the AdamW it wraps
+            inner.found_inf = (~torch.isfinite(norm)).to(torch.float32)
+            optimizer.step()
+        elif math.isfinite(float(norm)):  # the host decides: one sync per step (fused_adamw avoids it)
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return norm.detach()
+
+    def log_metrics(self, step: int, outcome: StepOutcome) -> LoggedValues:
+        """The metric line (printed by rank 0) and its TensorBoard scalars."""
+        mean_loss = distributed.all_reduce_mean(outcome.loss, self.context).item()
+        grad_norm = float(outcome.grad_norm)
+        rates = self.throughput.report()
+        line = {"step": step, "loss": mean_loss, "lr": self.scheduler.get_last_lr()[0], "grad_norm": grad_norm}
+        line["tokens_per_sec" if is_language_model(self.config.model) else "samples_per_sec"] = rates["rate"]
+        line["step_time"] = rates["step_time"]
+        if "mfu" in rates:
+            line["mfu"] = rates["mfu"]
+        if outcome.layer_norms:
+            line["grad_norm_layer_min"] = min(outcome.layer_norms.values())
+            line["grad_norm_layer_max"] = max(outcome.layer_norms.values())
+        if self.context.is_main:
+            print(format_line(line), flush=True)
+        if self.tensorboard:
+            self.tensorboard.write(line)
+            self.tensorboard.write_layers("grad_norm", outcome.layer_norms, step)
+        return LoggedValues(mean_loss, grad_norm)
+
+    def check_health(self, step: int, outcome: StepOutcome, logged: LoggedValues | None) -> None:
+        """Evaluate the health rules: on the step's gradient norm, and on a log step's values. Rank 0
+        prints every verdict; one whose action ends the job ends it, on every rank at the same step."""
+        verdicts: list[Verdict] = []
+        if self.skip_on_device:  # the norm stays on the device; its first nonfinite step is read at log steps
+            nonfinite = (self.nonfinite_at == 0) & ~torch.isfinite(outcome.grad_norm)
+            self.nonfinite_at = torch.where(nonfinite, step, self.nonfinite_at)
+        elif verdict := self.health.check_step(step, float(outcome.grad_norm)):  # the host already read it to decide the update
+            verdicts.append(verdict)
+        if logged:
+            if self.skip_on_device and (first := int(self.nonfinite_at)) and (verdict := self.health.check_step(first, math.nan)):
+                verdicts.append(verdict)
+            loss_scale = self.scaler.get_scale() if self.scaler else None
+            verdicts += self.health.check_interval(step, logged.loss, logged.grad_norm, outcome.layer_norms, loss_scale)
+        for verdict in verdicts:
+            if self.context.is_main:
+                print(verdict.line(), flush=True)
+        if ending := next((v for v in verdicts if v.ends_job), None):
+            self.end_for_health(ending)
+
+    def end_for_health(self, verdict: Verdict) -> NoReturn:
+        """Checkpoint first if the rule's action says so (every rank takes part), then fail with the
+        rule, the step and the values as the job's failure reason."""
+        if verdict.action == CHECKPOINT_AND_STOP:
+            path = self.save_checkpoint()
+            log.warning("%s: saved %s", verdict.reason(), path)
+        self._close_tensorboard()
+        raise HealthRuleTrippedError(verdict.reason())
+
+    def should_stop(self) -> bool:
+        """The stop vote: whether any rank was asked to stop (SIGTERM), the same answer on every rank."""
+        return self.vote.any_rank(self.stop.requested)
+
+    def stop_with_checkpoint(self) -> None:
+        self.vote.close()
+        path = self.save_checkpoint()
+        if self.context.is_main:
+            log.warning(
+                "stop requested (%s): saved %s at step %d, exiting",
+                self.stop.signal_name or "SIGTERM", path, self.progress.step,
+            )  # fmt: skip
+        self._close_tensorboard()
+
+    def save_checkpoint(self) -> Path:
+        with self.watchdog.slow_phase():
+            return self.checkpoint.save()
+
+    def export(self) -> None:
+        """The trained model into model_dir, once every rank's last stop vote is in."""
+        self.vote.close()
+        with self.watchdog.slow_phase():
+            description = _describe(self.config, self.seq_len)
+            write = functools.partial(save_model, self.parallel.model, description=description)
+            export_model(self.parallel.module, self.config.model_dir, write, self.context)
+        self._close_tensorboard()
+
+    def _is_log_step(self, step: int) -> bool:
+        return step % self.config.log_every == 0 or step == self.config.max_steps
+
+    def _close_tensorboard(self) -> None:
+        if self.tensorboard:
+            self.tensorboard.close()
+
+
+def build_trainer(config: TrainConfig, context: distributed.DistContext, watchdog: Watchdog) -> Trainer:
+    """The components in the order each needs the last. The resume comes before what only the loop
+    uses: a SIGTERM then ends a resume at once, and the throughput clock leaves its time out."""
+    if context.is_node_main:  # each host's log says what it runs on
+        log.info("%s: runtime torch %s, Python %s", context.node_name, torch.__version__, platform.python_version())
+    if context.is_main:
+        log.info("config %s", config.to_json())
+    model, seq_len = _build_model(config, context)
+    language_model = is_language_model(config.model)
+    per_node = config.data_distribution == "ShardedByS3Key"
+    dataset = _open_dataset(config, seq_len, model.vocab_size if language_model else 0, per_node)
+    flops_per_token = model.flops_per_token(seq_len) if language_model else None
+
+    parallel = parallelize(model, config, context)
+    zero1 = config.zero1 and context.is_distributed
+    fused = config.fused_adamw if config.fused_adamw is not None else context.device.type == "cuda"
+    optimizer = _optimizer(parallel.module, config, zero1, fused)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, config))
+    scaler = grad_scaler(config.precision, context.device, sharded=parallel.shards_optimizer_state)
+
+    # With ShardedByS3Key each node reads its own shard set, split over its own ranks only.
+    reader, readers = context.data_split(per_node)
+    plan = ShardPlan(reader, readers, config.micro_batch_size, config.grad_accum)
+    if reader == 0:
+        log.info(
+            "%s: data set %s, %d examples, ranks reading it: %d (%s)",
+            context.node_name, dataset.name, len(dataset), readers, config.data_distribution,
+        )  # fmt: skip
+    progress = Progress(data_set=dataset.name, data=DataPosition(readers=readers, batch=plan.global_batch))
+    state = TrainingState(parallel.checkpointed, optimizer, scheduler, progress, optimizer_in_dcp=not zero1)
+    checkpointer = Checkpointer(config.checkpoint_dir, config.keep_checkpoints, context)
+    checkpoint = Checkpointing(checkpointer, state, optimizer if zero1 else None)
+    checkpoint.resume(context, leads_data_set=reader == 0)
+
+    return Trainer(  # arguments evaluate in this order
+        config=config,
+        context=context,
+        watchdog=watchdog,
+        parallel=parallel,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        scaler=scaler,
+        data=Batches(dataset, plan, EpochShuffle(len(dataset), config.seed)),
+        checkpoint=checkpoint,
+        stop=StopRequest().install(),
+        vote=distributed.StopVote(context),
+        throughput=Throughput(flops_per_token, peak_flops(context.device, config.precision), context.world_size),
+        tensorboard=open_tensorboard(config.tensorboard_dir) if config.tensorboard_dir and context.is_main else None,
+        faults=FaultHooks.read(context.rank).install(parallel.model.named_parameters(), layer_of),  # test-only: the twin's
+        health=HealthMonitor(config.health_rules, fp16=config.precision == "fp16"),
+        seq_len=seq_len,
+        skip_on_device=fused and scaler is None,
+    )
 
 
 def _require_runtime(config: TrainConfig) -> None:
@@ -76,153 +407,20 @@ def _require_runtime(config: TrainConfig) -> None:
         )
 
 
-def _train(config: TrainConfig, context: distributed.DistContext, watchdog: Watchdog) -> str:
-    if context.is_node_main:  # each host's log says what it runs on
-        log.info("%s: runtime torch %s, Python %s", context.node_name, torch.__version__, platform.python_version())
-    if context.is_main:
-        log.info("config %s", config.to_json())
+def _build_model(config: TrainConfig, context: distributed.DistContext) -> tuple[nn.Module, int]:
+    """The model as this rank builds it, and the sequence length it trains on."""
     torch.manual_seed(config.seed)  # the same initial weights on every rank that builds them
-    language_model = is_language_model(config.model)
     model = build_model(config.model, on_meta=builds_on_meta(config, context))
     if context.is_main and isinstance(model, HFCausalLM):
         log.info("model %s: %s, %d parameters", config.model, model.source, model.num_parameters(exclude_embeddings=False))
+    language_model = is_language_model(config.model)
     seq_len = config.seq_len or (model.context_length if language_model else 0)
     if language_model and seq_len > model.context_length:
         raise ConfigError(
             f"hyperparameter 'seq_len' = {seq_len}: longer than {config.model}'s context of {model.context_length} tokens; "
             "set seq_len at most that (0 takes the model's own)"
         )
-    per_node = config.data_distribution == "ShardedByS3Key"
-    dataset = _open_dataset(config, seq_len, model.vocab_size if language_model else 0, per_node)
-    flops_per_token = model.flops_per_token(seq_len) if language_model else None
-
-    parallel = parallelize(model, config, context)
-    zero1 = config.zero1 and context.is_distributed
-    fused = config.fused_adamw if config.fused_adamw is not None else context.device.type == "cuda"
-    optimizer = _optimizer(parallel.module, config, zero1, fused)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, config))
-    scaler = grad_scaler(config.precision, context.device, sharded=parallel.shards_optimizer_state)
-    # The fused AdamW kernel skips a step whose gradients are not finite on the device (the loss
-    # scaler's found_inf), so the norm needs no trip to the host but on log steps.
-    skip_on_device = fused and scaler is None
-    nonfinite_at = torch.zeros((), dtype=torch.long, device=context.device)  # first such step; 0: none
-    casts_itself = parallel.shards_optimizer_state  # FSDP casts through its mixed-precision policy
-
-    # With ShardedByS3Key each node reads its own shard set, split over its own ranks only.
-    reader, readers = context.data_split(per_node)
-    plan = ShardPlan(reader, readers, config.micro_batch_size, config.grad_accum)
-    if reader == 0:
-        log.info(
-            "%s: data set %s, %d examples, ranks reading it: %d (%s)",
-            context.node_name, dataset.name, len(dataset), readers, config.data_distribution,
-        )  # fmt: skip
-    progress = Progress(data_set=dataset.name, data=DataPosition(readers=readers, batch=plan.global_batch))
-    state = TrainingState(parallel.checkpointed, optimizer, scheduler, progress, optimizer_in_dcp=not zero1)
-    checkpointer = Checkpointer(config.checkpoint_dir, config.keep_checkpoints, context)
-    _resume(checkpointer, state, optimizer if zero1 else None, context, leads_data_set=reader == 0)
-
-    shuffle = EpochShuffle(len(dataset), config.seed)
-    stop = StopRequest().install()
-    vote = distributed.StopVote(context)
-    throughput = Throughput(flops_per_token, peak_flops(context.device, config.precision), context.world_size)
-    job_batch = config.micro_batch_size * config.grad_accum * context.world_size  # examples per step, all nodes
-    tensorboard = open_tensorboard(config.tensorboard_dir) if config.tensorboard_dir and context.is_main else None
-    faults = FaultHooks.read(context.rank)  # test-only; nothing outside the twin
-    faults.install(parallel.model.named_parameters(), layer_of)
-    health = HealthMonitor(config.health_rules, fp16=config.precision == "fp16")
-    replicas = _shard_replicas(config, context.world_size)
-    parallel.module.train()
-    while progress.step < config.max_steps:
-        step = progress.step + 1  # as the metric lines number it
-        distributed.seed_step(config.seed, progress.step, context)
-        loss = torch.zeros((), device=context.device)
-        for micro_step in range(config.grad_accum):
-            watchdog.reached(Point.DATA, step, micro_step)
-            faults.before_batch(step)
-            inputs, targets = dataset.batch(micro_batch_indices(plan, shuffle, progress.data.position, micro_step))
-            inputs, targets = inputs.to(context.device), targets.to(context.device)
-            watchdog.reached(Point.COMPUTE, step, micro_step)
-            last = micro_step == config.grad_accum - 1
-            with (
-                parallel.no_sync() if not last else contextlib.nullcontext(),
-                autocast(config.precision, context.device, casts_itself),
-            ):
-                micro_loss = faults.loss(step, parallel.module(inputs, targets) / config.grad_accum)
-                (scaler.scale(micro_loss) if scaler else micro_loss).backward()
-            loss += micro_loss.detach()
-        watchdog.reached(Point.OPTIMIZER, step)
-        log_step = step % config.log_every == 0 or step == config.max_steps
-        # On log steps only: one reduction of per-layer squares (on shards with FSDP2/SMP), before the
-        # optimizer step clears the gradients; histograms every histogram_every steps on rank 0.
-        watched = log_step and bool(health.settings)  # with every rule off, nothing is computed
-        layer_norms = (
-            layer_gradient_norms(parallel.model.named_parameters(), parallel.shards_optimizer_state, replicas) if watched else {}
-        )
-        if tensorboard and config.histogram_every and step % config.histogram_every == 0:
-            tensorboard.histograms("weights", layer_tensors(parallel.model.named_parameters(), gradients=False), step)
-            tensorboard.histograms("gradients", layer_tensors(parallel.model.named_parameters(), gradients=True), step)
-        norm = _step(parallel.module, optimizer, scaler, config.grad_clip, skip_on_device)
-        scheduler.step()
-        progress.step += 1
-        progress.data.position += plan.global_batch
-        watchdog.step_completed(step)
-        throughput.add(job_batch * (seq_len or 1))
-        if skip_on_device:  # the norm stays on the device; its first nonfinite step is read at log steps
-            nonfinite_at = torch.where((nonfinite_at == 0) & ~torch.isfinite(norm), step, nonfinite_at)
-            verdicts = []
-        else:  # the host already read the norm to decide the update
-            verdicts = [v for v in [health.check_step(step, float(norm))] if v]
-
-        if progress.step % config.log_every == 0 or progress.step == config.max_steps:
-            mean_loss = distributed.all_reduce_mean(loss, context).item()
-            grad_norm = float(norm)
-            if skip_on_device and (first := int(nonfinite_at)):
-                verdicts += [v for v in [health.check_step(first, float("nan"))] if v]
-            rates = throughput.report()
-            line = {"step": progress.step, "loss": mean_loss, "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm}
-            line["tokens_per_sec" if language_model else "samples_per_sec"] = rates["rate"]
-            line["step_time"] = rates["step_time"]
-            if "mfu" in rates:
-                line["mfu"] = rates["mfu"]
-            if layer_norms:
-                line["grad_norm_layer_min"] = min(layer_norms.values())
-                line["grad_norm_layer_max"] = max(layer_norms.values())
-            if context.is_main:
-                print(format_line(line), flush=True)
-            if tensorboard:
-                tensorboard.write(line)
-                tensorboard.write_layers("grad_norm", layer_norms, progress.step)
-            loss_scale = scaler.get_scale() if scaler else None
-            verdicts += health.check_interval(progress.step, mean_loss, grad_norm, layer_norms, loss_scale)
-        for verdict in verdicts:
-            if context.is_main:
-                print(verdict.line(), flush=True)
-        if ending := next((v for v in verdicts if v.ends_job), None):
-            _end_for_health(ending, checkpointer, state, optimizer if zero1 else None, watchdog, tensorboard)
-
-        if vote.any_rank(stop.requested):
-            vote.close()
-            with watchdog.slow_phase():
-                path = checkpointer.save(state, optimizer if zero1 else None)
-            if context.is_main:
-                log.warning(
-                    "stop requested (%s): saved %s at step %d, exiting", stop.signal_name or "SIGTERM", path, progress.step
-                )
-            if tensorboard:
-                tensorboard.close()
-            return "stopped"
-        if progress.step % config.checkpoint_every == 0 or progress.step == config.max_steps:
-            with watchdog.slow_phase():
-                checkpointer.save(state, optimizer if zero1 else None)
-
-    vote.close()
-    with watchdog.slow_phase():
-        description = _describe(config, seq_len)
-        write = functools.partial(save_model, parallel.model, description=description)
-        export_model(parallel.module, config.model_dir, write, context)
-    if tensorboard:
-        tensorboard.close()
-    return "completed"
+    return model, seq_len
 
 
 def _open_dataset(config: TrainConfig, seq_len: int, vocab_size: int, per_node: bool) -> TokenShards | ImageSet:
@@ -267,81 +465,10 @@ def _lr_factor(step: int, config: TrainConfig) -> float:
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def _end_for_health(
-    verdict: Verdict, checkpointer: Checkpointer, state: TrainingState, zero1_optimizer: Any, watchdog: Watchdog, tensorboard: Any
-) -> None:
-    """A rule that ends the job: checkpoint first if its action says so (every rank takes part),
-    then fail with the rule, the step and the values as the job's failure reason."""
-    if verdict.action == CHECKPOINT_AND_STOP:
-        with watchdog.slow_phase():
-            path = checkpointer.save(state, zero1_optimizer)
-        log.warning("%s: saved %s", verdict.reason(), path)
-    if tensorboard:
-        tensorboard.close()
-    raise HealthRuleTrippedError(verdict.reason())
-
-
 def _shard_replicas(config: TrainConfig, world_size: int) -> int:
     """Copies of each parameter shard: SMP's hybrid sharding replicates its shard groups."""
     hybrid = int(config.smp_parameters.get("hybrid_shard_degree", 0) or 0) if config.strategy == "smp" else 0
     return world_size // hybrid if 1 < hybrid < world_size else 1
-
-
-def _step(
-    module: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, grad_clip: float, skip_on_device: bool
-) -> torch.Tensor:
-    """Clip, then update unless the gradients are not finite (a NaN or infinite gradient would poison
-    every weight it touches); returns the gradient norm, still on the device."""
-    if scaler:
-        scaler.unscale_(optimizer)
-    clip = getattr(module, "clip_grad_norm_", None)  # FSDP1 needs its own (sharded) norm
-    norm = clip(grad_clip) if clip else torch.nn.utils.clip_grad_norm_(module.parameters(), grad_clip)
-    if hasattr(norm, "full_tensor"):  # FSDP2 returns a DTensor
-        norm = norm.full_tensor()
-    if scaler:
-        scaler.step(optimizer)
-        scaler.update()
-    elif skip_on_device:
-        inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer steps the AdamW it wraps
-        inner.found_inf = (~torch.isfinite(norm)).to(torch.float32)
-        optimizer.step()
-    elif math.isfinite(float(norm)):  # the host decides: one sync per step (fused_adamw avoids it)
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return norm.detach()
-
-
-def _resume(
-    checkpointer: Checkpointer, state: TrainingState, zero1_optimizer: Any, context: distributed.DistContext, leads_data_set: bool
-) -> None:
-    """Load the step every host agreed on, then continue this node's data set where it stopped."""
-    step = checkpointer.resume_step()
-    if step is None:
-        return
-    path = checkpointer.load(step, state, zero1_optimizer)
-    progress, current = state.progress, state.progress.data
-    saved = progress.every_data_set.get(progress.data_set)
-    if context.is_node_main:
-        position = saved.position if saved else 0
-        log.info("%s: resumed from %s at step %d, example position %d", context.node_name, path, progress.step, position)
-    if saved is None:
-        if leads_data_set:
-            log.warning(
-                "%s: data set %s is new to this checkpoint (it holds %s): reading it from its start",
-                context.node_name, progress.data_set, ", ".join(sorted(progress.every_data_set)) or "none",
-            )  # fmt: skip
-        return
-    if leads_data_set:
-        if saved.readers != current.readers:
-            # The position counts examples of the data set, not per rank, so its ranks re-split each
-            # step's examples from exactly where it stopped; nothing is skipped or repeated.
-            log.warning(
-                "data-parallel degree changed from %d to %d: continuing at example %d with the global batch re-split",
-                saved.readers, current.readers, saved.position,
-            )  # fmt: skip
-        if saved.batch != current.batch:
-            log.warning("global batch changed from %d to %d examples per step", saved.batch, current.batch)
-    current.position = saved.position
 
 
 def _describe(config: TrainConfig, seq_len: int) -> dict[str, Any]:
