@@ -102,7 +102,7 @@ bench-train: setup ## our entry point vs a bare PyTorch loop (tokens/s, medians)
 bench-data: setup ## start-up to the first batch against data set size, and the shuffle's memory (medians)
 	$(PY) tools/bench_data.py
 
-bench-lambda: setup ## Lambda cold import vs import boto3 (medians), and the transitions a 24-hour job costs
+bench-lambda: setup ## each handler's cold import from the shipped asset under the runtime's Python vs import boto3 (medians), and the transitions a 24-hour job costs
 	$(PY) tools/bench_lambda.py
 
 SPEC ?= examples/gpt-small.yaml

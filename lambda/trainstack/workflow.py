@@ -7,11 +7,15 @@ import itertools
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainstack.billing import billed_usd
 from trainstack.errors import CapacityUnavailableError, ThrottledError
-from trainstack.spec import JobSpec
+
+# For annotations only: at run time the spec model would pull in pydantic, which Describe, Notify and
+# Stop never use, and every handler imports this module (tools/bench_lambda.py).
+if TYPE_CHECKING:
+    from trainstack.spec import JobSpec
 
 FIRST_POLL_SECONDS = 60
 CAPACITY_RETRIES = 3  # re-creations after a job fails for capacity
@@ -43,7 +47,7 @@ SUBJECT_MAX = 99
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """A Step Functions Retry as data: the definition renders it (stacks/pipeline.py), and a run's
+    """A Step Functions Retry as data: the definition renders it (stacks/state_machine.py), and a run's
     deadline counts the waits it may spend."""
 
     error: str

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from stacks import lambda_asset
 from stacks.lambda_asset import LAMBDA_PYTHON, ROOT, build_lambda_asset
 from tests.core.specs import DDP, STACK
 from trainstack.handlers.environment import lambda_variables
@@ -22,14 +22,11 @@ DRIVER = Path(__file__).with_name("shipped_lambda_driver.py")
 
 
 def _interpreter() -> str:
-    """The runtime's Python: pyenv's, or one on PATH that runs (a pyenv shim may not). Missing is a
-    failure that says how to get it, never a skip."""
-    candidates = [str(p) for p in sorted(Path.home().glob(f".pyenv/versions/{LAMBDA_PYTHON}.*/bin/python"))]
-    candidates += [found] if (found := shutil.which(f"python{LAMBDA_PYTHON}")) else []
-    for candidate in candidates:
-        if subprocess.run([candidate, "--version"], capture_output=True).returncode == 0:
-            return candidate
-    pytest.fail(f"no Python {LAMBDA_PYTHON} to run the Lambda asset with: `pyenv install {LAMBDA_PYTHON}`")
+    """The runtime's Python. Missing is a failure that says how to get it, never a skip."""
+    python = lambda_asset.runtime_python()
+    if python is None:
+        pytest.fail(f"no Python {LAMBDA_PYTHON} to run the Lambda asset with: `pyenv install {LAMBDA_PYTHON}`")
+    return str(python)
 
 
 def _pins(*names: str) -> list[str]:
@@ -73,3 +70,15 @@ def test_every_handler_of_the_shipped_asset_runs_against_moto(shipped):
     assert shipped["described"] == shipped["job_name"]
     assert shipped["notified"] == {"status": "Completed", "reason": "all trials completed", "notified": True}
     assert shipped["stopped"] == []  # moto's job is not InProgress: nothing to stop
+
+
+def test_the_shipped_asset_carries_unchecked_bytecode_for_the_runtimes_python(shipped):
+    asset = build_lambda_asset()
+    tag = f"cpython-{LAMBDA_PYTHON.replace('.', '')}"
+    sources = [
+        p for package in ("trainstack", "trainstack_contract", "pydantic", "yaml") for p in (asset / package).rglob("*.py")
+    ]
+    for source in sources:
+        compiled = source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc"
+        flags = int.from_bytes(compiled.read_bytes()[4:8], "little")  # PEP 552: 0b01, hash-based and never checked
+        assert flags == 1, compiled

@@ -9,13 +9,17 @@ from botocore.exceptions import ClientError
 from trainstack.errors import THROTTLING, CapacityUnavailableError, ThrottledError
 from trainstack.handlers.environment import client, environment
 from trainstack.identity import Run
-from trainstack.request import build_request, validate_request
-from trainstack.rules import check_or_raise
-from trainstack.spec import parse_spec
 from trainstack.workflow import next_poll_seconds
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+    # Imported on the call, not with the module: the spec model (pydantic), the rules and the
+    # request builder are most of this package's import time (tools/bench_lambda.py); the module's
+    # cold import leaves them to the first call.
+    from trainstack.request import build_request, validate_request
+    from trainstack.rules import check_or_raise
+    from trainstack.spec import parse_spec
+
     stack = environment().stack
     spec = parse_spec(event["spec"])
     plan = check_or_raise(spec)

@@ -5,15 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import yaml
-
 from trainstack.errors import SpecInvalidError
 from trainstack.handlers.environment import client, environment
 from trainstack.identity import Run
-from trainstack.preflight import preflight
-from trainstack.rules import SpecRejectedError
 from trainstack.s3uri import count_objects
-from trainstack.spec import SpecError, parse_spec
 from trainstack.workflow import (
     STEP_FUNCTIONS_MAX_SECONDS,
     Trigger,
@@ -26,6 +21,13 @@ from trainstack.workflow import (
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+    # Imported on the call, not with the module: the spec model (pydantic) and the checks (rules,
+    # planner, the training script's contract) are most of this package's import time
+    # (tools/bench_lambda.py); the module's cold import leaves them to the first call.
+    from trainstack.preflight import preflight
+    from trainstack.rules import SpecRejectedError
+    from trainstack.spec import SpecError, parse_spec
+
     trigger = trigger_of(event["input"], event["execution"], environment().default_spec_key)
     data = _spec_data(trigger)
     if trigger.train_channel:  # a data drop: its prefix becomes the train channel
@@ -60,6 +62,8 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
 def _spec_data(trigger: Trigger) -> dict[str, Any]:
     if trigger.inline_spec is not None:
         return trigger.inline_spec
+    import yaml  # only a spec read from S3 is text to parse: an inline spec never pays its import
+
     s3 = client("s3")
     keys = [k for k in (trigger.spec_key, trigger.fallback_spec_key) if k]
     for key in keys:
