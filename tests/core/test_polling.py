@@ -18,5 +18,5 @@ def test_poll_until_without_a_condition_waits_for_a_truthy_value():
 
 
 def test_poll_until_says_what_did_not_happen_past_its_timeout():
-    with pytest.raises(TimeoutError, match="the job to end did not happen within 0.05 s"):
+    with pytest.raises(TimeoutError, match=r"the job to end did not happen within 0\.05 s"):
         poll_until(lambda: False, timeout=0.05, interval=0.01, what="the job to end")
