@@ -92,6 +92,7 @@ def build_state_machine(scope: Construct, props: StateMachineProps) -> sfn.State
         max_concurrency_path="$.max_concurrency",
         item_selector={
             "spec": sfn.JsonPath.object_at("$.spec"),
+            "resolution": sfn.JsonPath.object_at("$.resolution"),  # Validate's, so Create resolves nothing again
             "run": sfn.JsonPath.object_at("$.run"),
             "trial_count": sfn.JsonPath.number_at("$.trial_count"),
             "trial": sfn.JsonPath.object_at("$$.Map.Item.Value"),
@@ -192,6 +193,7 @@ def _trial(scope: Construct, functions: Mapping[str, lambda_.IFunction]) -> sfn.
         "NextAttempt",
         parameters={
             "spec": sfn.JsonPath.object_at("$.spec"),
+            "resolution": sfn.JsonPath.object_at("$.resolution"),
             "run": sfn.JsonPath.object_at("$.run"),
             "trial": sfn.JsonPath.object_at("$.trial"),
             "trial_count": sfn.JsonPath.number_at("$.trial_count"),

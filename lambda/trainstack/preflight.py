@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from trainstack.builtin_script import contract_problems
 from trainstack.planner.memory import GIB
 from trainstack.planner.plan import JobPlan, OptionPlan, plan_job
-from trainstack.rules import Problem, Resolution, SpecRejectedError, check, resolve
+from trainstack.rules import Problem, Resolution, SpecRejectedError, checked, resolve
 from trainstack.spec import JobSpec
 
 
@@ -23,28 +23,35 @@ class Preflight:
 
 def rule_problems(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> list[Problem]:
     """The spec's rules and, once they pass, the built-in script's contract."""
-    problems = check(spec, count_objects, region)
-    if problems:
-        return problems
-    return contract_problems(spec, resolve(spec))
+    return _rules_and_contract(spec, count_objects, region)[0]
+
+
+def _rules_and_contract(
+    spec: JobSpec, count_objects: Callable[[str], int] | None, region: str | None
+) -> tuple[list[Problem], Resolution | None]:
+    problems, resolution = checked(spec, count_objects, region)
+    if problems or resolution is None:
+        return problems, resolution
+    return contract_problems(spec, resolution), resolution
 
 
 def preflight(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> Preflight:
-    """The resolution and the plan of a spec that may launch; SpecRejectedError otherwise."""
-    problems = rule_problems(spec, count_objects, region)
-    if problems:
+    """The resolution and the plan of a spec that may launch; SpecRejectedError otherwise. The
+    resolution is computed once, here, and carried to Create (Resolution.to_json)."""
+    problems, resolution = _rules_and_contract(spec, count_objects, region)
+    if problems or resolution is None:
         raise SpecRejectedError(problems)
-    spec, resolution, plan = planned(spec)
+    spec, resolution, plan = planned(spec, resolution)
     refusals = plan_problems(plan)
     if refusals and not spec.force:
         raise SpecRejectedError(refusals)
     return Preflight(resolution, plan, spec)
 
 
-def planned(spec: JobSpec) -> tuple[JobSpec, Resolution, JobPlan]:
-    """The spec as it will run (with the defaults the plan chooses), its resolution and its plan, for
-    a spec whose rules pass."""
-    resolution = resolve(spec)
+def planned(spec: JobSpec, resolution: Resolution | None = None) -> tuple[JobSpec, Resolution, JobPlan]:
+    """The spec as it will run (with the defaults the plan chooses), its resolution (resolved here
+    unless given) and its plan, for a spec whose rules pass."""
+    resolution = resolution or resolve(spec)
     plan = plan_job(spec, resolution.strategy, resolution.smp_parameters)
     if not plan.fits:
         spec, plan = _reduce_every_micro_step_if_it_fits(spec, resolution, plan)

@@ -18,7 +18,7 @@ from trainstack.handlers import create, describe, notify, stop, validate
 from trainstack.handlers.environment import environment, use_client_factory
 from trainstack.identity import Run
 from trainstack.request import build_request
-from trainstack.rules import check_or_raise
+from trainstack.rules import Resolution, check_or_raise, resolve
 from trainstack.spec import parse_spec
 from trainstack.workflow import run_deadline_seconds
 
@@ -234,6 +234,22 @@ def test_describe_turns_throttling_into_the_retried_error(stubbed):
 
 def _inline(spec: dict) -> dict:
     return {"input": {"spec": spec}, "execution": "e"}
+
+
+def test_validate_carries_the_resolution_it_computed_and_create_builds_from_it_without_checking_again(stubbed, monkeypatch):
+    import trainstack.rules
+
+    spec = {**DDP, "inputs": {}, "spot": {"enabled": False}}
+    validated = validate.handler(_inline(spec))
+    assert Resolution.from_json(validated["resolution"]) == resolve(parse_spec(validated["spec"]))
+    monkeypatch.setattr(trainstack.rules, "checked", lambda *args: pytest.fail("Create checked the rules again"))
+    event = {**_create_event(), "spec": validated["spec"], "resolution": validated["resolution"]}
+    expected = build_request(parse_spec(validated["spec"]), resolve(parse_spec(validated["spec"])), environment().stack,
+                             trial=Run(**event["run"]).trial(), execution="exec-1")  # fmt: skip
+    stubbed["sagemaker"].add_response(
+        "create_training_job", {"TrainingJobArn": "arn:aws:sagemaker:us-east-1:1:training-job/x"}, expected
+    )
+    assert create.handler(event)["created"] is True
 
 
 def test_validate_gives_the_run_a_deadline_its_spec_allows(stubbed):

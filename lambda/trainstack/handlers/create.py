@@ -17,17 +17,25 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     # request builder are most of this package's import time (tools/bench_lambda.py); the module's
     # cold import leaves them to the first call.
     from trainstack.request import build_request, validate_request
-    from trainstack.rules import check_or_raise
+    from trainstack.rules import Resolution, check_or_raise
     from trainstack.spec import parse_spec
 
     stack = environment().stack
     spec = parse_spec(event["spec"])
-    plan = check_or_raise(spec)
+    # Validate resolved the spec and checked every rule; an execution started before the deploy that
+    # added `resolution` to the payload is checked again here.
+    resolution = Resolution.from_json(event["resolution"]) if "resolution" in event else check_or_raise(spec)
     trial = event["trial"]
     identity = Run(**event["run"]).trial(trial["index"] if event["trial_count"] > 1 else None)
     attempt = event.get("attempt", 0)  # > 0: re-created after a capacity failure, same checkpoints
     request = build_request(
-        spec, plan, stack, trial=identity, overrides=trial["hyperparameters"], attempt=attempt, execution=event.get("execution")
+        spec,
+        resolution,
+        stack,
+        trial=identity,
+        overrides=trial["hyperparameters"],
+        attempt=attempt,
+        execution=event.get("execution"),
     )
     validate_request(request)
     job_name = request["TrainingJobName"]

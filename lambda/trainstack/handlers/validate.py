@@ -56,6 +56,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         "max_concurrency": max_concurrency(spec),
         "deadline": deadline(datetime.now(UTC), seconds),
         "plan": checked.plan.to_json(),
+        "resolution": checked.resolution.to_json(),  # Create builds the request from it: resolved once
     }
 
 

@@ -20,15 +20,23 @@ from trainstack.rules.problems import Problem, SpecRejectedError
 from trainstack.rules.resolution import Resolution, resolve
 from trainstack.spec import JobSpec
 
-__all__ = ["Problem", "Resolution", "SpecRejectedError", "check", "check_or_raise", "resolve"]
+__all__ = ["Problem", "Resolution", "SpecRejectedError", "check", "check_or_raise", "checked", "resolve"]
 
 
 def check(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> list[Problem]:
     """Every problem with the spec; an empty list means it may launch. With `region`, also whether
     its framework image exists there."""
+    return checked(spec, count_objects, region)[0]
+
+
+def checked(
+    spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None
+) -> tuple[list[Problem], Resolution | None]:
+    """Every problem with the spec, and its resolution (computed once, for the rules and the caller);
+    None where the spec is too broken to resolve."""
     problems = capacity.option_problems(spec) or distribution.distribution_problems(spec)
     if problems:  # the rest read the catalog's instance and the resolved distribution
-        return problems
+        return problems, None
     problems += capacity.capacity_problems(spec)
     problems += _fallback_problems(spec, region)
     resolution = resolve(spec)
@@ -50,14 +58,14 @@ def check(spec: JobSpec, count_objects: Callable[[str], int] | None = None, regi
         problems += frameworks.image_in_region_problems(spec, resolution, region)
     if count_objects is not None:
         problems += inputs.sharded_input_problems(spec, count_objects)
-    return problems
+    return problems, resolution
 
 
 def check_or_raise(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> Resolution:
-    problems = check(spec, count_objects, region)
-    if problems:
+    problems, resolution = checked(spec, count_objects, region)
+    if problems or resolution is None:
         raise SpecRejectedError(problems)
-    return resolve(spec)
+    return resolution
 
 
 def _fallback_problems(spec: JobSpec, region: str | None) -> list[Problem]:

@@ -35,6 +35,35 @@ class Resolution:
     def framework_version(self) -> str | None:
         return self.framework.version if self.framework else None
 
+    def to_json(self) -> dict[str, Any]:
+        """How the state machine carries it from Validate, which resolves the spec, to Create."""
+        return {
+            "strategy": self.strategy,
+            "distribution": self.distribution,
+            "instance_type": self.instance.name,
+            "world_size": self.world_size,
+            "smp_parameters": self.smp_parameters,
+            "image_kind": self.image_kind,
+            "framework": None
+            if self.framework is None
+            else {"version": self.framework.version, "written": self.framework.written},
+            "py_version": self.py_version,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Resolution:
+        framework = data["framework"]
+        return cls(
+            strategy=data["strategy"],
+            distribution=data["distribution"],
+            instance=CATALOG[data["instance_type"]],
+            world_size=data["world_size"],
+            smp_parameters=data["smp_parameters"],
+            image_kind=data["image_kind"],
+            framework=None if framework is None else FrameworkVersion(framework["version"], framework["written"]),
+            py_version=data["py_version"],
+        )
+
 
 def resolve(spec: JobSpec) -> Resolution:
     """Normalise `strategy` / `distribution` and the framework version into one resolution (call after `check`)."""
