@@ -27,6 +27,7 @@ from tests.local.twin_runs import (
 from tests.training.launch import TRAIN, environment
 from trainstack.polling import poll_until
 from trainstack.s3uri import split_s3_uri
+from trainstack.stack_context import STOP_FUNCTION_OUTPUT
 from trainstack_local.emulator import REGION, local_aws, training_files
 from trainstack_local.pipeline import finish, upload_sample_data
 from trainstack_local.sagemaker_twin import TwinSettings
@@ -249,3 +250,27 @@ def _function_log(name: str) -> str:
         for s in streams
         for event in logs.get_log_events(logGroupName=group, logStreamName=s["logStreamName"])["events"]
     )
+
+
+def test_a_late_stop_of_a_stopped_run_leaves_the_job_of_the_run_that_resumed_it(twin_stack):
+    stack, twin = twin_stack
+    job = spec("late-stop")
+    first = start_inline(stack, job, "late-1", lineage="late-lineage")
+    stopped_job = job_run(twin, job_name(stack, job, "late-1", lineage="late-lineage"))
+    wait_for_step(stopped_job, 3)
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    sfn.stop_execution(executionArn=first)
+    wait_for_status(stopped_job.name, ("Stopped",), timeout=200)
+    second = start_inline(stack, job, "late-2", lineage="late-lineage", resume=True)
+    resumed = job_run(twin, job_name(stack, job, "late-2", lineage="late-lineage", resume=True))
+    wait_for_step(resumed, 2)
+
+    ended = sfn.describe_execution(executionArn=first)
+    late = {"detail": {key: ended[key] for key in ("executionArn", "stateMachineArn", "name", "status", "input")}}
+    answer = boto3.client("lambda", region_name=REGION).invoke(  # the ABORTED event again: delivered late, or redriven
+        FunctionName=stack.outputs[STOP_FUNCTION_OUTPUT], Payload=json.dumps(late).encode()
+    )
+
+    assert json.loads(answer["Payload"].read())["stopped"] == []
+    assert description(resumed.name)["TrainingJobStatus"] == "InProgress"
+    sfn.stop_execution(executionArn=second)
