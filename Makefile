@@ -55,10 +55,12 @@ lint: synth ## ruff, cfn-lint and checkov over the synthesized template
 	$(VENV)/bin/cfn-lint cdk.out/$(STACK).template.json || test $$? -eq 4  # 4: warnings only (W3005 in CDK's own handlers)
 	$(CHECKOV) -f cdk.out/$(STACK).template.json --framework cloudformation --skip-download --compact --quiet
 
+# Two workers, each file whole on one (its module fixtures, one twin per module, stay shared); the ten
+# slowest tests are listed at the end.
 test: setup system-packages runtimes ## install, then run every test (ruff included)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile --durations=10
 
 .PHONY: runtimes
 # Jobs in the twin run on their image's torch and Python: build the images' runtimes the tests use

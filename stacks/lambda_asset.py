@@ -15,10 +15,13 @@ an unchanged source gives an unchanged asset hash) and never re-checked against 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,26 +53,50 @@ def lambda_requirements() -> list[str]:
 
 
 def build_lambda_asset(build_dir: Path = ROOT / "build") -> Path:
+    """The asset folder for the current sources: content-addressed under `build_dir`, so an unchanged
+    tree reuses it, and processes that synthesize at once (pytest-xdist's workers) never rebuild or
+    remove a folder another one is reading; each is built aside and renamed into place."""
     requirements = lambda_requirements()
     key = hashlib.sha256("\n".join([LAMBDA_PYTHON, PLATFORM, "unchecked-hash bytecode", *requirements]).encode()).hexdigest()[:16]
     dependencies = build_dir / f"lambda-deps-{key}"
     if not dependencies.is_dir():
-        staging = build_dir / f"lambda-deps-{key}.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(staging), "--platform", PLATFORM,
-             "--only-binary=:all:", "--implementation", "cp", "--python-version", LAMBDA_PYTHON, *requirements],
-            check=True,
-        )  # fmt: skip
-        _compile(staging)
-        staging.rename(dependencies)
-    asset = build_dir / "lambda-asset"
-    shutil.rmtree(asset, ignore_errors=True)
-    shutil.copytree(dependencies, asset, ignore=shutil.ignore_patterns("RECORD"))
-    for package in PACKAGES:
-        shutil.copytree(package, asset / package.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        _compile(asset / package.name)
+        with _staging(dependencies) as staging:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--target", str(staging), "--platform",
+                 PLATFORM, "--only-binary=:all:", "--implementation", "cp", "--python-version", LAMBDA_PYTHON, *requirements],
+                check=True,
+            )  # fmt: skip
+            _compile(staging)
+    asset = build_dir / f"lambda-asset-{key}-{_sources_digest()}"
+    if not asset.is_dir():
+        with _staging(asset) as staging:
+            shutil.copytree(dependencies, staging, ignore=shutil.ignore_patterns("RECORD"))
+            for package in PACKAGES:
+                shutil.copytree(package, staging / package.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                _compile(staging / package.name)
     return asset
+
+
+def _sources_digest() -> str:
+    digest = hashlib.sha256()
+    for package in PACKAGES:
+        for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            digest.update(f"{path.relative_to(package.parent)}\0".encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@contextmanager
+def _staging(final: Path) -> Iterator[Path]:
+    """A folder to build `final` in, renamed to it when done (left to whoever renamed first)."""
+    staging = final.with_name(f"{final.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield staging
+        with suppress(OSError):  # another process put an identical folder there first
+            staging.rename(final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _compile(folder: Path) -> None:

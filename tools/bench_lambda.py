@@ -4,8 +4,8 @@ Python, against `import boto3` alone; and what polling a 24-hour job costs in St
 Usage: python tools/bench_lambda.py [--runs 11]
 
 What is timed is what Lambda runs: the asset as synth builds it (stacks/lambda_asset.py: the core
-package, the training script's contract, the pinned pydantic and PyYAML as Linux wheels), built
-afresh under build/bench-lambda/ (never synth's build/lambda-asset), imported by the runtime's
+package, the contract package, the pinned pydantic and PyYAML as Linux wheels), built
+under build/bench-lambda/ (content-addressed, as synth builds its own under build/), imported by the runtime's
 Python (LAMBDA_PYTHON, from pyenv or PATH) in a venv cached under build/bench-lambda/ that holds
 only what the runtime ships beside the asset: boto3 and botocore at the pinned versions.
 
