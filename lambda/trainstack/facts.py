@@ -4,7 +4,7 @@ SMP parameters and the instance catalog, read from `facts.json`.
 `facts.json` is generated from the pinned SageMaker SDK's own tables by `make facts`
 (tools/facts/generate.py); this module only reads it, so the Lambda never imports the SDK. Every
 answer here is a lookup: the choices trainstack makes with these facts live in images.py,
-instances.py and rules.py.
+instances.py and the rules package.
 """
 
 from __future__ import annotations

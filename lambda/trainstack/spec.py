@@ -1,4 +1,4 @@
-"""The job spec: the one document users write. Pure data and parsing; rules live in rules.py.
+"""The job spec: the one document users write. Pure data and parsing; rules live in the rules package.
 
 Accepts YAML or JSON. `distribution` takes the SageMaker Python SDK's dict unchanged (the same
 keys the estimator takes); `strategy` is the shorthand. Durations are human strings.
