@@ -54,7 +54,7 @@ def lambda_requirements() -> list[str]:
 
 def build_lambda_asset(build_dir: Path = ROOT / "build") -> Path:
     """The asset folder for the current sources: content-addressed under `build_dir`, so an unchanged
-    tree reuses it, and processes that synthesize at once (pytest-xdist's workers) never rebuild or
+    tree reuses it, and processes that synthesize at once (tests beside a CLI synth) never rebuild or
     remove a folder another one is reading; each is built aside and renamed into place."""
     requirements = lambda_requirements()
     key = hashlib.sha256("\n".join([LAMBDA_PYTHON, PLATFORM, "unchecked-hash bytecode", *requirements]).encode()).hexdigest()[:16]
