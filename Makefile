@@ -55,12 +55,12 @@ lint: synth ## ruff, cfn-lint and checkov over the synthesized template
 	$(VENV)/bin/cfn-lint cdk.out/$(STACK).template.json || test $$? -eq 4  # 4: warnings only (W3005 in CDK's own handlers)
 	$(CHECKOV) -f cdk.out/$(STACK).template.json --framework cloudformation --skip-download --compact --quiet
 
-# One process: two pytest-xdist workers took as long on this 2-core machine (27 min 46 s for 798
-# tests against 28 min 25 s for 757 serially), the tests being CPU-bound. The ten slowest are listed.
+# Two workers, each file whole on one (its module fixtures, one twin per module, stay shared); the ten
+# slowest tests are listed at the end.
 test: setup system-packages runtimes ## install, then run every test (ruff included)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest --durations=10
+	$(PY) -m pytest -n 2 --dist loadfile --durations=10
 
 .PHONY: runtimes
 # Jobs in the twin run on their image's torch and Python: build the images' runtimes the tests use
