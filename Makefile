@@ -55,7 +55,8 @@ lint: synth ## ruff, cfn-lint and checkov over the synthesized template
 	$(VENV)/bin/cfn-lint cdk.out/$(STACK).template.json || test $$? -eq 4  # 4: warnings only (W3005 in CDK's own handlers)
 	$(CHECKOV) -f cdk.out/$(STACK).template.json --framework cloudformation --skip-download --compact --quiet
 
-# Two workers, each file whole on one (its module fixtures, one twin per module, stay shared); the ten
+# Two workers, each file whole on one (its module fixtures, one twin per module, stay shared): on this
+# 2-core machine a clean clone's 798 tests took 27 min 46 s so, 39 min 14 s in one process. The ten
 # slowest tests are listed at the end.
 test: setup system-packages runtimes ## install, then run every test (ruff included)
 	$(VENV)/bin/ruff check .
