@@ -14,6 +14,7 @@ import pytest
 import yaml
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
+from tests.local.twin_runs import function_log
 from trainstack import facts
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.polling import poll_until
@@ -89,14 +90,9 @@ def test_an_uploaded_spec_runs_to_completion_and_delivers_model_checkpoints_logs
     (trial,) = message["trials"]
     assert trial["model_artifacts"] == f"s3://{stack.artifacts_bucket}/models/{name}/output/model.tar.gz"
     assert trial["final_metrics"]["train:step"] == 4 and trial["cost_usd"] > 0
-    notify_log = "/aws/lambda/trainstack-notify"  # the emulated stack's function, as Lambda names its log group
-    logs = boto3.client("logs", region_name=REGION)
-    printed = [
-        event["message"]
-        for stream in logs.describe_log_streams(logGroupName=notify_log)["logStreams"]
-        for event in logs.get_log_events(logGroupName=notify_log, logStreamName=stream["logStreamName"])["events"]
-    ]
+    printed = function_log("trainstack-notify")  # the emulated stack's function
     (counted,) = [json.loads(line) for line in printed if line.startswith('{"_aws"')]  # for the dashboard
+    logs = boto3.client("logs", region_name=REGION)
     assert (counted["Status"], counted["TrainingJobs"]) == ("Completed", 1)
     (stream,) = logs.describe_log_streams(logGroupName=TRAINING_JOB_LOG_GROUP, logStreamNamePrefix=name)["logStreams"]
     assert re.fullmatch(rf"{name}/algo-1-\d{{10}}", stream["logStreamName"])  # as SageMaker names them

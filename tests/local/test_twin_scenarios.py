@@ -16,6 +16,7 @@ import torch
 from tests.local.twin_runs import (
     checkpoint_keys,
     description,
+    function_log,
     job_name,
     job_run,
     model_state,
@@ -229,7 +230,7 @@ def test_a_duplicate_execution_that_ends_early_leaves_the_job_the_original_creat
     poll_until(lambda: _has_state(sfn, duplicate, "WaitForJob"), timeout=60, what="the duplicate to find the job and watch it")
     sfn.stop_execution(executionArn=duplicate)
     left = f"dup-2 ABORTED: left {run.name} running, created by execution dup-1"
-    poll_until(lambda: left in _function_log("trainstack-stop"), timeout=60, what="the duplicate's Stop to decide")
+    poll_until(lambda: left in function_log("trainstack-stop"), timeout=60, what="the duplicate's Stop to decide")
     assert finish(original, timeout=300).status == "SUCCEEDED"
     assert description(run.name)["TrainingJobStatus"] == "Completed" and len(run.attempts) == 1
 
@@ -237,19 +238,6 @@ def test_a_duplicate_execution_that_ends_early_leaves_the_job_the_original_creat
 def _has_state(sfn, execution: str, state: str) -> bool:
     events = sfn.get_execution_history(executionArn=execution)["events"]
     return any(e.get("stateEnteredEventDetails", {}).get("name") == state for e in events)
-
-
-def _function_log(name: str) -> str:
-    logs = boto3.client("logs", region_name=REGION)
-    group = f"/aws/lambda/{name}"
-    if not logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"]:
-        return ""
-    streams = logs.describe_log_streams(logGroupName=group)["logStreams"]
-    return "\n".join(
-        event["message"]
-        for s in streams
-        for event in logs.get_log_events(logGroupName=group, logStreamName=s["logStreamName"])["events"]
-    )
 
 
 def test_a_late_stop_of_a_stopped_run_leaves_the_job_of_the_run_that_resumed_it(twin_stack):

@@ -76,3 +76,17 @@ def checkpoint_keys(name: str) -> list[str]:
     s3 = boto3.client("s3", region_name=REGION)
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     return sorted(o["Key"][len(prefix) :] for page in pages for o in page.get("Contents", []))
+
+
+def function_log(name: str) -> list[str]:
+    """What an emulated function printed, line by line, from its log group as Lambda names it."""
+    logs = boto3.client("logs", region_name=REGION)
+    group = f"/aws/lambda/{name}"
+    if not logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"]:
+        return []
+    streams = logs.describe_log_streams(logGroupName=group)["logStreams"]
+    return [
+        event["message"]
+        for stream in streams
+        for event in logs.get_log_events(logGroupName=group, logStreamName=stream["logStreamName"])["events"]
+    ]
