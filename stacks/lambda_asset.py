@@ -22,6 +22,7 @@ import sys
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +37,7 @@ PROVIDED_BY_RUNTIME = ("boto3", "botocore")  # the Lambda Python runtime ships t
 PACKAGES = (ROOT / "lambda" / "trainstack", ROOT / "training" / "trainstack_contract")
 
 
+@cache  # asked once per folder compiled, and the answer does not change within a process
 def runtime_python() -> Path | None:
     """The Lambda runtime's Python on this machine: pyenv's, or one on PATH that runs (a pyenv shim
     may not); None where there is none."""
