@@ -24,6 +24,10 @@ from trainstack_training.models import build_model
 WORLD = 16  # two 8-GPU nodes
 INSTANCE = CATALOG["ml.p4d.24xlarge"]
 SIZES = sorted(GPT_SIZES)
+# FSDP1 materializes every flat shard on the CPU (meta tensors cannot be flattened): gpt-7b took 108 s
+# and gpt-1.3b 21 s of the suite for the same count (memory.py's per-unit rule is one formula for
+# every size), so FSDP1 is checked on the sizes up to gpt-350m, which wraps vocabulary-sized units too.
+FSDP1_SIZES = [name for name in SIZES if GPT_SIZES[name].n_layer * GPT_SIZES[name].n_embd ** 2 <= 24 * 1024**2]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -116,7 +120,7 @@ def test_fsdp2_states_equal_rank_zeros_shards(name):
     assert states.optimizer == _state_bytes(_step_on_meta(model))
 
 
-@pytest.mark.parametrize("name", SIZES)
+@pytest.mark.parametrize("name", FSDP1_SIZES)
 def test_smp_fsdp1_states_equal_the_padded_flat_shards(name):
     model = _meta_model(name)
     wrapped = FullyShardedDataParallel(  # SMP v2 extends PyTorch's FSDP1; strategies/smp.py wraps each block

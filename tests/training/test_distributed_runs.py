@@ -225,11 +225,11 @@ def test_smp_degrees_that_do_not_divide_the_world_are_refused(tmp_path):
     assert "hybrid_shard_degree = 3 does not divide the world size 2" in (tmp_path / "output" / "failure").read_text()
 
 
-def test_compiled_blocks_and_fused_adamw_train_as_the_plain_run_does(tmp_path):
-    plain = run(job_args(tmp_path / "plain", steps=3))
-    fast = run(job_args(tmp_path / "fast", "--compile", "true", "--fused_adamw", "true", steps=3))
-    assert plain.returncode == 0 and fast.returncode == 0, fast.stderr[-3000:]
-    expected, got = losses(plain.stdout), losses(fast.stdout)
+def test_compiled_blocks_and_fused_adamw_train_as_the_plain_run_does(tmp_path, ddp_two_ranks):
+    # The learning rate of steps 1 and 2 does not depend on max_steps (warm-up), so the losses of the
+    # first three steps are the 12-step plain run's.
+    fast = run(job_args(tmp_path, "--compile", "true", "--fused_adamw", "true", steps=3))
+    assert fast.returncode == 0, fast.stderr[-3000:]
+    got = losses(fast.stdout)
     assert sorted(got) == [1, 2, 3]
-    for step, loss in expected.items():
-        assert got[step] == pytest.approx(loss, rel=1e-4), step
+    assert [got[step] for step in sorted(got)] == pytest.approx(ddp_two_ranks[:3], rel=1e-4)

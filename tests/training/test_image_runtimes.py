@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -46,20 +47,34 @@ def ran_on(result, kind: ImageKind, version: str) -> None:
     assert python.rsplit(".", 1)[0] == image.python
 
 
+# Every run here shares these settings, so one uninterrupted run per strategy and runtime is both the
+# trajectory the other strategies are compared with and the weights a SIGKILLed run must resume to
+# (each torchrun start costs ~10 s of imports on 2 cores).
+STEPS = 10
+SETTINGS = ("--checkpoint_every", "4", *STEADY_LR)
+
+
+@dataclass(frozen=True)
+class Reference:
+    trajectory: list[float]
+    model_dir: Path
+
+
 @pytest.fixture(scope="module")
-def ddp_reference(tmp_path_factory):
-    """The 2-rank DDP trajectory on one image's runtime, run once per runtime and shared by the
-    comparisons with it; each run checked to have logged the image's torch and Python."""
-    found: dict[tuple[str, str], list[float]] = {}
+def reference(tmp_path_factory):
+    """The uninterrupted 2-rank run of a strategy on one image's runtime, run once and shared; each run
+    checked to have logged the image's torch and Python."""
+    found: dict[tuple[str, ImageKind, str], Reference] = {}
 
-    def reference(kind: ImageKind, version: str) -> list[float]:
-        if (kind, version) not in found:
-            result = run(job_args(tmp_path_factory.mktemp(f"ddp-{version}"), "--strategy", "ddp"), bin_dir=bin_dir(kind, version))
+    def uninterrupted(strategy: str, kind: ImageKind, version: str) -> Reference:
+        if (strategy, kind, version) not in found:
+            directory = tmp_path_factory.mktemp(f"{strategy}-{version}")
+            result = run(job_args(directory, "--strategy", strategy, *SETTINGS, steps=STEPS), bin_dir=bin_dir(kind, version))
             ran_on(result, kind, version)
-            found[kind, version] = trajectory(result)
-        return found[kind, version]
+            found[strategy, kind, version] = Reference(trajectory(result), directory / "model")
+        return found[strategy, kind, version]
 
-    return reference
+    return uninterrupted
 
 
 def weights(model_dir: Path) -> dict[str, torch.Tensor]:
@@ -75,25 +90,27 @@ def test_the_strategies_are_tested_on_the_images_validate_admits_at_each_end():
 
 
 @pytest.mark.parametrize(("kind", "version"), cases("ddp"))
-def test_ddp_on_two_ranks_matches_one_rank_on_the_image_runtime(tmp_path, kind, version, ddp_reference):
+def test_ddp_on_two_ranks_matches_one_rank_on_the_image_runtime(tmp_path, kind, version, reference):
     # one process under torchrun, as SageMaker launches a one-GPU job, saving a checkpoint on the way
     # (torch 2.2's checkpoints need a process group even then)
-    arguments = job_args(tmp_path, "--strategy", "ddp", "--grad_accum", "2", "--checkpoint_every", "6")
+    arguments = job_args(tmp_path, "--strategy", "ddp", "--grad_accum", "2", *SETTINGS, steps=STEPS)
     one = run(arguments, nproc=1, bin_dir=bin_dir(kind, version))
-    assert ddp_reference(kind, version) == pytest.approx(trajectory(one), abs=2e-4)
-    assert (tmp_path / "checkpoints" / "step_00000006").is_dir()
+    assert reference("ddp", kind, version).trajectory == pytest.approx(trajectory(one), abs=2e-4)
+    assert (tmp_path / "checkpoints" / "step_00000008").is_dir()
 
 
 @pytest.mark.parametrize(("kind", "version"), cases("ddp"))
-def test_zero1_matches_ddp_on_the_image_runtime(tmp_path, kind, version, ddp_reference):
-    zero1 = run(job_args(tmp_path, "--strategy", "ddp", "--zero1", "true"), bin_dir=bin_dir(kind, version))
-    assert trajectory(zero1) == pytest.approx(ddp_reference(kind, version), abs=2e-4)
+def test_zero1_matches_ddp_on_the_image_runtime(tmp_path, kind, version, reference):
+    zero1 = run(
+        job_args(tmp_path, "--strategy", "ddp", "--zero1", "true", *SETTINGS, steps=STEPS), bin_dir=bin_dir(kind, version)
+    )
+    assert trajectory(zero1) == pytest.approx(reference("ddp", kind, version).trajectory, abs=2e-4)
 
 
 @pytest.mark.parametrize(("kind", "version"), cases("fsdp"))
-def test_fsdp2_matches_ddp_on_the_image_runtime(tmp_path, kind, version, ddp_reference):
-    fsdp = run(job_args(tmp_path, "--strategy", "fsdp"), bin_dir=bin_dir(kind, version))
-    assert trajectory(fsdp) == pytest.approx(ddp_reference(kind, version), abs=2e-4)
+def test_fsdp2_matches_ddp_on_the_image_runtime(kind, version, reference):
+    fsdp = reference("fsdp", kind, version).trajectory
+    assert fsdp == pytest.approx(reference("ddp", kind, version).trajectory, abs=2e-4)
 
 
 @pytest.mark.parametrize(
@@ -104,17 +121,14 @@ def test_fsdp2_matches_ddp_on_the_image_runtime(tmp_path, kind, version, ddp_ref
         for case in cases(strategy)
     ],
 )
-def test_a_sigkilled_run_resumes_to_the_uninterrupted_weights_on_the_image_runtime(tmp_path, strategy, kind, version):
+def test_a_sigkilled_run_resumes_to_the_uninterrupted_weights_on_the_image_runtime(tmp_path, strategy, kind, version, reference):
     runtime = bin_dir(kind, version)
-    settings = ("--strategy", strategy, "--checkpoint_every", "4", *STEADY_LR)
-    reference = run(job_args(tmp_path / "reference", *settings, steps=10), bin_dir=runtime)
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    args = job_args(tmp_path / "interrupted", *settings, steps=10)
+    args = job_args(tmp_path / "interrupted", "--strategy", strategy, *SETTINGS, steps=STEPS)
     sigkill_at_step(args, 6, bin_dir=runtime)
     resumed = run(args, bin_dir=runtime)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert min(losses(resumed.stdout)) == 5  # continued after the step-4 checkpoint
-    expected, actual = weights(tmp_path / "reference" / "model"), weights(tmp_path / "interrupted" / "model")
+    expected, actual = weights(reference(strategy, kind, version).model_dir), weights(tmp_path / "interrupted" / "model")
     for name in expected:
         torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=1e-6, msg=name)
 
