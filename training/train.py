@@ -17,9 +17,13 @@ Launch commands:
 
 Every start resumes from the newest checkpoint complete on every host in --checkpoint_dir
 (/opt/ml/checkpoints, one per host), which is how spot restarts and retries continue. SIGTERM saves
-a checkpoint and exits 0. A failure writes its reason to <output_dir>/failure (the job's FailureReason) and exits 1;
-so does a stall (no optimizer step within --step_timeout, derived from step times by default), after
-dumping every rank's stacks.
+a checkpoint and exits 0. A failure writes its reason to <output_dir>/failure (the job's
+FailureReason), `rank <r>: <ExceptionType>: <message>`, and exits 1. Two failures are the
+infrastructure's, tagged so that a restart can be chosen from the FailureReason alone
+(trainstack_contract.failure_tags): a stall (no optimizer step within --step_timeout, derived from
+step times by default) writes `rank <r>: StepTimeout: ...` after dumping every rank's stacks and
+exits 75; a collective failing in the transport (NCCL, EFA, a peer that vanished) writes
+`rank <r>: TransportError: <ExceptionType>: <message>` and exits 76.
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the package beside this script, as in the container
 
+from trainstack_contract import failure_tags
 from trainstack_contract.config import ConfigError, TrainConfig, parse_config, requested_output_dir
 from trainstack_training.distributed import read_launch
-from trainstack_training.faults import write_failure
+from trainstack_training.faults import is_transport_error, write_failure
 from trainstack_training.health import HealthRuleTrippedError
 from trainstack_training.trainer import run
 
@@ -51,16 +56,19 @@ def main(argv: list[str]) -> int:
         return _fail(output_dir, str(error))
     except Exception as error:  # any failure must reach FailureReason, then exit non-zero
         traceback.print_exc()
+        if is_transport_error(error):
+            reason = f"{failure_tags.TRANSPORT_ERROR}: {type(error).__name__}: {error}"
+            return _fail(output_dir, reason, failure_tags.TRANSPORT_ERROR_EXIT_CODE)
         return _fail(output_dir, f"{type(error).__name__}: {error}")
     logging.getLogger("trainstack").info("training %s", outcome)
     return 0
 
 
-def _fail(output_dir: str, reason: str) -> int:
+def _fail(output_dir: str, reason: str, exit_code: int = 1) -> int:
     rank = read_launch().rank  # also before the bootstrap ran, under torchrun or mpirun
     print(f"trainstack: rank {rank}: {reason}", file=sys.stderr, flush=True)
     write_failure(output_dir, f"rank {rank}: {reason}")
-    return 1
+    return exit_code
 
 
 def leave(code: int) -> None:

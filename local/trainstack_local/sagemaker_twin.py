@@ -24,6 +24,10 @@ its own checkpoint directory. What the twin does the way SageMaker does it:
   a job with `ResourceConfig.InstancePreferences` runs on the first listed type that has capacity,
   reported as `SelectedInstanceType` / `SelectedInstanceCount`, and fails only when none has.
 
+For tests, `inject(InjectedFault(...))` gives the next jobs of a trial a fault of the training
+script's (trainstack_contract.fault_hooks) through the twin itself, never through a spec, which
+may not name those variables.
+
 What it does not reproduce is listed in the README ("The SageMaker twin").
 """
 
@@ -73,6 +77,21 @@ class TwinSettings:
     fault_hooks: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class InjectedFault:
+    """A variable (e.g. TRAINSTACK_INJECT_TRANSPORT_ERROR=1:3) for the containers of the next `times`
+    training jobs whose names start with job_prefix: a pipeline's restart creates a new job under the
+    trial's prefix, so `times=3` fails three jobs in a row. Only `host`'s container gets it when host
+    is set (e.g. "algo-2"), every host's otherwise. A job keeps its faults for its whole life: the
+    restart after a spot interruption (a new attempt of the same job) gets them again."""
+
+    job_prefix: str
+    variable: str
+    value: str
+    host: str | None = None
+    times: int = 1
+
+
 @dataclass
 class _Attempt:
     """One start of the job's hosts; a spot interruption ends it and starts the next."""
@@ -86,6 +105,7 @@ class _Attempt:
     running: threading.Event = field(default_factory=threading.Event)
     epoch: int = 0  # wall-clock seconds at the start: SageMaker's log stream names carry it
     logged: dict[str, int] = field(default_factory=dict)  # host -> bytes of its log sent to CloudWatch Logs
+    failed: list[Container] = field(default_factory=list)  # the hosts that failed before the twin killed the rest
 
 
 class _Requests:
@@ -106,6 +126,9 @@ class JobRun:
         self.root = twin.workdir / self.name
         self.requests = _Requests()
         self.attempts: list[_Attempt] = []
+        # Taken once, when the job is created: a spot interruption's restart (a new attempt of this
+        # job) keeps them, as only a new job, the pipeline's restart, takes the next use.
+        self.faults = twin.take_injected_faults(self.name)
         self.thread = threading.Thread(target=self._run, name=f"twin-{self.name}", daemon=True)
 
     # -- what the API and tests see ------------------------------------------------------------
@@ -126,6 +149,10 @@ class JobRun:
                 if path.exists():
                     texts.append(path.read_text(errors="replace"))
         return "".join(texts)
+
+    def injected_environment(self, host: str) -> dict[str, str]:
+        """The variables of this job's injected faults that reach this host's container."""
+        return {fault.variable: fault.value for fault in self.faults if fault.host in (None, host)}
 
     @property
     def instance_type(self) -> str:
@@ -204,7 +231,7 @@ class JobRun:
                     network=network,
                     root=root / "opt" / "ml",
                     entry=self._entry(),
-                    environment=self._environment(root),
+                    environment=self._environment(host, root),
                     log_path=attempt.root / f"{host}.log",
                 ).start()
             )
@@ -255,7 +282,7 @@ class JobRun:
     def _entry(self) -> list[str]:
         return list(self.job.algorithm_specification.get("ContainerEntrypoint") or self.image.entry)
 
-    def _environment(self, host_root: Path) -> dict[str, str]:
+    def _environment(self, host: str, host_root: Path) -> dict[str, str]:
         environment = {
             **self.image.environment,
             "PATH": f"{host_root / 'bin'}:{self.runtime.bin}:{self.image.environment.get('PATH', '')}",
@@ -265,6 +292,7 @@ class JobRun:
         }
         environment.update(getattr(self.job, "environment", None) or {})
         environment.update({fault_hooks.TWIN: "1", **dict(self.twin.settings.fault_hooks)})  # the twin's own, never the spec's
+        environment.update(self.injected_environment(host))
         return environment
 
     def _watch(self, attempt: _Attempt) -> str:
@@ -289,6 +317,7 @@ class JobRun:
                 self._stop_containers(attempt)
                 outcome = "stopped"
             elif any(code not in (None, 0) for code in codes):
+                attempt.failed = [c for c, code in zip(attempt.containers, codes, strict=True) if code not in (None, 0)]
                 for other in attempt.containers:  # one failed host ends the job
                     other.kill()
                 outcome = "failed"
@@ -328,14 +357,15 @@ class JobRun:
             self._end("Failed", "Failed", "Training job failed")
 
     def _failure_reason(self, attempt: _Attempt) -> str:
-        for host_container in attempt.containers:
-            if host_container.poll() not in (None, 0):
-                failure = host_container.root / "output" / "failure"
-                if failure.exists() and failure.read_text().strip():
-                    return f"AlgorithmError: {failure.read_text().strip()}"[:1024]
-                tail = host_container.log_path.read_text(errors="replace")[-800:] if host_container.log_path.exists() else ""
-                return f"AlgorithmError: {host_container.host} exited with {host_container.poll()}: {tail}"[:1024]
-        return "AlgorithmError: a host was killed"
+        """The reason of the host that failed (the first in host order when several did at once), not
+        algo-1's for being first: the hosts the twin killed after it exit non-zero too, often before
+        writing a reason of their own."""
+        failed = attempt.failed[0]
+        failure = failed.root / "output" / "failure"
+        if failure.exists() and failure.read_text().strip():
+            return f"AlgorithmError: {failure.read_text().strip()}"[:1024]
+        tail = failed.log_path.read_text(errors="replace")[-800:] if failed.log_path.exists() else ""
+        return f"AlgorithmError: {failed.host} exited with {failed.poll()}: {tail}"[:1024]
 
     def _upload_outputs(self, attempt: _Attempt) -> None:
         s3 = self.twin.s3()
@@ -473,6 +503,7 @@ class SageMakerTwin:
         self.runs: dict[str, JobRun] = {}
         self.uploaded: dict[tuple[str, str, int], dict[str, tuple[int, int]]] = {}
         self._capacity: dict[str, int] = {}
+        self._injected: dict[InjectedFault, int] = {}  # uses left
         self._lock = threading.Lock()
 
     # -- hooks for tests and local mode ---------------------------------------------------------
@@ -488,6 +519,20 @@ class SageMakerTwin:
                 return False
             self._capacity[instance_type] = remaining - 1 if remaining > 0 else remaining
             return True
+
+    def inject(self, fault: InjectedFault) -> None:
+        """The next `fault.times` jobs created whose names start with `fault.job_prefix` get the fault
+        (see InjectedFault); injecting the same fault again adds its uses."""
+        with self._lock:
+            self._injected[fault] = self._injected.get(fault, 0) + fault.times
+
+    def take_injected_faults(self, job_name: str) -> tuple[InjectedFault, ...]:
+        """A new job's faults: one use of each injected fault whose prefix its name starts with."""
+        with self._lock:
+            taken = tuple(fault for fault, left in self._injected.items() if left > 0 and job_name.startswith(fault.job_prefix))
+            for fault in taken:
+                self._injected[fault] -= 1
+            return taken
 
     def interrupt(self, job_name: str) -> None:
         """A spot interruption: SIGTERM to every host, SIGKILL after the grace, then a restart."""

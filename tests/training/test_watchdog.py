@@ -1,5 +1,6 @@
 """The watchdog: how long a step may take, which ranks a stalled node waits for, and a real torchrun
-job with one rank stuck, which must end non-zero with that rank named and every rank's stack dumped."""
+job with one rank stuck, which must end with the watchdog's exit code, that rank named and every
+rank's stack dumped."""
 
 from __future__ import annotations
 
@@ -142,3 +143,4 @@ def test_a_stuck_rank_ends_the_job_naming_it_with_every_ranks_stack(tmp_path):
     assert "stuck: rank 1 at step 3 (loading data); waiting for them: rank 0 at step 3 (forward/backward)" in reason
     assert "in hang_forever" in result.stderr  # rank 1's stack, where it hangs
     assert "in backward" in result.stderr  # rank 0's stack, waiting for rank 1's gradients
+    assert re.search(r"exitcode\s*: 75\b", result.stderr)  # torchrun's summary: the watchdog's own exit code

@@ -1,9 +1,11 @@
 """A stalled job ends itself instead of billing until MaxRuntime.
 
 When no optimizer step completes for too long, the watchdog writes which ranks did not arrive to
-`<output_dir>/failure` (`rank N: StepTimeout: ...`), dumps the Python stack of every rank of its
-node to that rank's stderr, and exits non-zero with `os._exit`: a rank stuck in a collective cannot
-be unwound, and SageMaker ends the job (and its billing) once a training process fails.
+`<output_dir>/failure` (`rank N: StepTimeout: ...`, the tag that marks a hang as the infrastructure's:
+trainstack_contract.failure_tags), dumps the Python stack of every rank of its node to that rank's
+stderr, and exits with `os._exit(75)` (STEP_TIMEOUT_EXIT_CODE, so that a launcher's summary names the
+hang too): a rank stuck in a collective cannot be unwound, and SageMaker ends the job (and its
+billing) once a training process fails.
 
 Cheap by construction: the loop stores a monotonic timestamp once per optimizer step and a few
 integers per phase into a memory-mapped file (no system call, no collective); a daemon thread
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from trainstack_contract import failure_tags
 from trainstack_contract.config import TrainConfig
 from trainstack_training.distributed import Launch
 from trainstack_training.faults import write_failure
@@ -300,7 +303,7 @@ class Watchdog:
         try:
             self._report(idle, limit)
         finally:  # whatever the report met, the process ends: a stuck collective cannot be unwound
-            os._exit(1)
+            os._exit(failure_tags.STEP_TIMEOUT_EXIT_CODE)
 
     def _report(self, idle: float, limit: Limit) -> None:
         node = self._heartbeats.read_node() if self._heartbeats else {}
@@ -311,7 +314,8 @@ class Watchdog:
         else:
             explanation = f"without heartbeats the other ranks of {self._node} cannot be named"
         reason = (
-            f"rank {self._launch.rank}: StepTimeout: no optimizer step completed for {idle:.0f} s (limit {limit}); "
+            f"rank {self._launch.rank}: {failure_tags.STEP_TIMEOUT}: "
+            f"no optimizer step completed for {idle:.0f} s (limit {limit}); "
             f"{explanation}; the stacks of {self._node}'s ranks are in its log"
         )
         print(f"trainstack: {reason}", file=sys.stderr, flush=True)
