@@ -3,7 +3,9 @@
 Validate -> Map over trials (one trial without a sweep):
     Create (throttling retried; capacity retried with backoff, then reported as NotStarted)
     -> Wait (doubling to 30 min) -> Describe -> Choice (InProgress/Stopping: wait again; failed
-       for capacity: create it again after 5, 10, 20 min, resuming from its checkpoints)
+       for capacity: create it again after 5, 10, 20 min; failed for a reason that is not the
+       user's: restart it under the spec's `restarts` after 1, 2, 4 ... min; both resume from the
+       trial's checkpoints)
 -> Notify (one message per run) -> Succeed, or Fail with the reason as Cause.
 
 The states are built in the pipeline construct's scope (not a construct of their own), so their
@@ -27,7 +29,6 @@ from stacks.log_groups import encrypted_log_group
 from stacks.roles import ManagedPolicyRole
 from trainstack.workflow import (
     CAPACITY_REFUSED_RETRY,
-    CAPACITY_RETRIES,
     COMPLETED,
     DEADLINE_PASSED,
     NOT_STARTED,
@@ -97,6 +98,7 @@ def build_state_machine(scope: Construct, props: StateMachineProps) -> sfn.State
             "trial_count": sfn.JsonPath.number_at("$.trial_count"),
             "trial": sfn.JsonPath.object_at("$$.Map.Item.Value"),
             "attempt": 0,
+            "attempts": [],  # each ended attempt's record (trainstack/restarts.py), for the run's account
             "deadline": sfn.JsonPath.string_at("$.deadline"),
             "execution": sfn.JsonPath.string_at("$$.Execution.Name"),  # tags its jobs, for Stop
         },
@@ -169,7 +171,9 @@ def _trial(scope: Construct, functions: Mapping[str, lambda_.IFunction]) -> sfn.
             {
                 "job_name": sfn.JsonPath.string_at("$.job.job_name"),
                 "poll_seconds": sfn.JsonPath.number_at("$.job.poll_seconds"),
-                "attempt": sfn.JsonPath.number_at("$.attempt"),
+                "attempts": sfn.JsonPath.list_at("$.attempts"),
+                "restarts": sfn.JsonPath.object_at("$.spec.restarts"),
+                "run_started": sfn.JsonPath.string_at("$$.Execution.StartTime"),
             }
         ),
         result_path="$.job",
@@ -187,7 +191,8 @@ def _trial(scope: Construct, functions: Mapping[str, lambda_.IFunction]) -> sfn.
         },
     )
     describe.add_catch(unwatched, errors=["States.ALL"], result_path="$.error")
-    # A job that failed for capacity is created again (same checkpoints) after a doubling wait.
+    # A job that failed for capacity, or for a reason that is not the user's (Describe decides, under
+    # the spec's restarts), is created again (same checkpoints, so it resumes) after a doubling wait.
     next_attempt = sfn.Pass(
         scope,
         "NextAttempt",
@@ -198,19 +203,17 @@ def _trial(scope: Construct, functions: Mapping[str, lambda_.IFunction]) -> sfn.
             "trial": sfn.JsonPath.object_at("$.trial"),
             "trial_count": sfn.JsonPath.number_at("$.trial_count"),
             "attempt": sfn.JsonPath.math_add(sfn.JsonPath.number_at("$.attempt"), 1),
+            "attempts": sfn.JsonPath.list_at("$.job.attempts"),
             "deadline": sfn.JsonPath.string_at("$.deadline"),
             "execution": sfn.JsonPath.string_at("$.execution"),
             "job": sfn.JsonPath.object_at("$.job"),
         },
     )
-    backoff = sfn.Wait(scope, "CapacityBackoff", time=sfn.WaitTime.seconds_path("$.job.retry_wait_seconds"))
+    backoff = sfn.Wait(scope, "RetryBackoff", time=sfn.WaitTime.seconds_path("$.job.retry_wait_seconds"))
     next_attempt.next(backoff).next(create)
     trial_finished = sfn.Pass(scope, "TrialFinished", output_path="$.job")
     running = sfn.Condition.or_(*(sfn.Condition.string_equals("$.job.status", status) for status in RUNNING))
-    retry_capacity = sfn.Condition.and_(
-        sfn.Condition.boolean_equals("$.job.capacity_failure", True),
-        sfn.Condition.number_less_than("$.attempt", CAPACITY_RETRIES),
-    )
+    retry = sfn.Condition.boolean_equals("$.job.retry", True)
     # Still running past the run's deadline: the trial ends, the run fails and its Stop rule stops the job.
     deadline_passed = sfn.Pass(
         scope,
@@ -232,7 +235,7 @@ def _trial(scope: Construct, functions: Mapping[str, lambda_.IFunction]) -> sfn.
         sfn.Choice(scope, "JobStatus")
         .when(past_deadline, deadline_passed)
         .when(running, wait)
-        .when(retry_capacity, next_attempt)
+        .when(retry, next_attempt)
         .otherwise(trial_finished)
     )
     return create.next(wait).next(describe).next(status)

@@ -16,7 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from trainstack.billing import billed_usd
+from trainstack.failures import classify, failure_text
 from trainstack.identity import Run
+from trainstack.restarts import CHECKPOINT_METRIC, STEP_METRIC
 from trainstack.workflow import trigger_of
 from trainstack_contract.job_names import JobName
 
@@ -44,6 +46,14 @@ class TrialView:
     model_artifacts: str
     transitions: list[Transition] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    attempt: int = 0  # 0: the trial's first job; n: its n-th re-creation (capacity) or restart
+    failure: str = ""  # whose failure, for a failed job: "infrastructure (hang)" (trainstack/failures.py)
+
+    @property
+    def steps_lost(self) -> int:
+        """Steps trained after the newest complete checkpoint: a restart trains them again."""
+        trained, saved = self.metrics.get(STEP_METRIC), self.metrics.get(CHECKPOINT_METRIC)
+        return max(0, int(trained) - int(saved or 0)) if trained is not None and self.status == "Failed" else 0
 
 
 @dataclass(frozen=True)
@@ -68,7 +78,8 @@ class RunView:
         return None if any(c is None for c in costs) else round(sum(c for c in costs if c is not None), 4)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "billable_seconds": self.billable_seconds, "cost_usd": self.cost_usd}
+        trials = [{**asdict(trial), "steps_lost": trial.steps_lost} for trial in self.trials]
+        return {**asdict(self), "trials": trials, "billable_seconds": self.billable_seconds, "cost_usd": self.cost_usd}
 
 
 def run_identity(execution: dict[str, Any]) -> Run:
@@ -113,6 +124,8 @@ def trial_view(description: dict[str, Any], now: datetime, metrics: dict[str, fl
     billable = int(description.get("BillableTimeInSeconds") or 0)
     if not billable and start and not end:  # still training: every instance is billed since the start
         billable = max(0, int((now - start).total_seconds()))
+    failure = classify(failure_text(description)) if description["TrainingJobStatus"] == "Failed" else None
+    parsed = JobName.parse(description["TrainingJobName"])
     return TrialView(
         trial=trial_index(description["TrainingJobName"]),
         job_name=description["TrainingJobName"],
@@ -131,6 +144,8 @@ def trial_view(description: dict[str, Any], now: datetime, metrics: dict[str, fl
             for t in description.get("SecondaryStatusTransitions", [])
         ],
         metrics=metrics or {m["MetricName"]: m["Value"] for m in description.get("FinalMetricDataList") or []},
+        attempt=parsed.attempt if parsed else 0,
+        failure=f"{failure.kind} ({failure.cause})" if failure else "",
     )
 
 

@@ -79,10 +79,11 @@ def status_view(run: RunView) -> RenderableType:
     parts: list[RenderableType] = [header]
     if run.cause:
         parts.append(Text(run.cause, style="red"))
-    table = Table("trial", "job", "status", "instances", "step", "loss", "tokens/s", "billable s", "est. cost so far")
+    table = Table("trial", "attempt", "job", "status", "instances", "step", "loss", "tokens/s", "billable s", "est. cost so far")
     for trial in run.trials:
         table.add_row(
             str(trial.trial),
+            str(trial.attempt),
             trial.job_name,
             Text.assemble(_styled(trial.status), f" ({trial.secondary_status})"),
             f"{trial.instance_count} x {trial.instance_type}",
@@ -100,6 +101,11 @@ def status_view(run: RunView) -> RenderableType:
         parts.append(history)
         if trial.failure_reason:
             parts.append(Text(f"{trial.job_name}: {trial.failure_reason}", style="red"))
+        if trial.failure:
+            saved = _metric(trial, "train:checkpoint_step", "{:.0f}")
+            parts.append(
+                Text(f"{trial.job_name}: {trial.failure} failure; newest checkpoint step {saved}, {trial.steps_lost} steps lost")
+            )
         if trial.model_artifacts:
             parts.append(Text(f"{trial.job_name}: model {trial.model_artifacts}"))
         for name, link in job_links(run.execution_arn, trial.job_name).items():

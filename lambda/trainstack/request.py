@@ -155,9 +155,20 @@ def build_request(
         }
     if spec.retry_attempts:
         request["RetryStrategy"] = {"MaximumRetryAttempts": spec.retry_attempts}
+    if infra_check(spec):
+        request["InfraCheckConfig"] = {"EnableInfraCheck": True}
     if not spec.profiler:  # the profiler's rules launch processing jobs with their own quota
         request["ProfilerConfig"] = {"DisableProfiler": True}
     return request
+
+
+def infra_check(spec: JobSpec) -> bool:
+    """SageMaker's pre-training check of instance hardware and cluster network: on by default where a
+    bad GPU or link wastes the most (several accelerated instances), unless the spec says otherwise.
+    A job the check fails is a failure of the infrastructure, and restarts (trainstack/failures.py)."""
+    if spec.infra_check is not None:
+        return spec.infra_check
+    return spec.instance_count > 1 and all(CATALOG[name].accelerators > 0 for name in spec.capacity_options)
 
 
 def _channel(name: str, uri: str, mode: str = "File", distribution: str = "FullyReplicated") -> dict[str, Any]:

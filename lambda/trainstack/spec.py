@@ -121,6 +121,24 @@ class Health(_Strict):
         return value
 
 
+class Restarts(_Strict):
+    """Re-creating a trial's job after a failure that is not the user's (trainstack/failures.py): the
+    same checkpoint location, so the new job resumes from the newest complete checkpoint."""
+
+    max: int = Field(default=3, ge=0, le=20, description="restarts per trial; 0 turns them off")
+    on: list[Literal["infrastructure", "unknown"]] = Field(
+        default_factory=lambda: ["infrastructure"],
+        description="which failures restart: infrastructure (hangs, NCCL/EFA, GPU, SageMaker internal or instance "
+        "health), and unknown (matched by no rule); the user's own (config, code, out of memory, a health rule) never",
+    )
+    exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
+        default_factory=list, description="your script's exit codes that mean 'transient, restart me' (they spend max too)"
+    )
+    within: int = Field(default=48 * 3600, description="duration from the run's start in which a restart may begin, e.g. 48h")
+
+    _duration = field_validator("within", mode="before")(lambda cls, v: parse_duration(v))
+
+
 class Budget(_Strict):
     max_usd: float = Field(gt=0, description="refuse a run whose worst case (every retry, every trial) costs more")
 
@@ -153,6 +171,12 @@ class JobSpec(_Strict):
     warm_pool: int | None = Field(default=None, description="keep-alive duration after the job, e.g. 30m")
     max_runtime: int = Field(default=86400, description="duration, e.g. 24h")
     retry_attempts: int = Field(default=0, ge=0, le=30, description="SageMaker retries (InternalServerError only)")
+    restarts: Restarts = Field(default_factory=Restarts)
+    infra_check: bool | None = Field(
+        default=None,
+        description="SageMaker's check of instance hardware and cluster network before training (InfraCheckConfig); "
+        "default: on for jobs of more than one accelerated instance",
+    )
     environment: dict[str, str] = Field(default_factory=dict)
     tags: dict[str, str] = Field(default_factory=dict)
     network_isolation: bool = False

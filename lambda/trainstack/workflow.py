@@ -20,10 +20,16 @@ if TYPE_CHECKING:
 FIRST_POLL_SECONDS = 60
 CAPACITY_RETRIES = 3  # re-creations after a job fails for capacity
 CAPACITY_FIRST_WAIT_SECONDS = 300
+# Before restart n (0-based) after a failure that is not the user's: 1, 2, 4 ... minutes, at most 15.
+# A transient fault (a replaced instance, a network blip) is usually gone in minutes, and a restart
+# loop must not hammer a sick fleet.
+FIRST_RESTART_WAIT_SECONDS = 60
+RESTART_WAIT_CAP = 15  # x the first wait
 # How SageMaker words a job that failed because no instances could be had.
 CAPACITY_FAILURE_MARKERS = ("CapacityError", "Insufficient capacity", "Unable to provision requested ML compute capacity")
 MAX_POLL_SECONDS = 1800
 RUNNING = ("InProgress", "Stopping")  # statuses the state machine keeps polling
+ENDED = ("Completed", "Failed", "Stopped")  # a training job's final statuses
 DATA_MARKER = "_SUCCESS"
 
 # A run's and a trial's outcome, as Notify reports them and the state machine's last Choice reads them.
@@ -135,10 +141,6 @@ def next_poll_seconds(previous: int | None, first: int = FIRST_POLL_SECONDS, cap
     return min(cap, previous * 2)
 
 
-def is_capacity_failure(status: str, reason: str) -> bool:
-    return status == "Failed" and any(marker.lower() in reason.lower() for marker in CAPACITY_FAILURE_MARKERS)
-
-
 def capacity_wait_seconds(attempt: int, first: int = CAPACITY_FIRST_WAIT_SECONDS) -> int:
     """Before re-creation number `attempt + 1`: 5, 10, 20 minutes."""
     return first * 2**attempt
@@ -194,7 +196,8 @@ def run_deadline_seconds(spec: JobSpec, trial_count: int) -> int:
     """The longest a run of this spec can legitimately take, end to end: its trials in waves of
     `max_concurrency`, each trial at its worst — Create's retries, every capacity re-creation with
     its wait, then one job that trains for its whole MaxWait (spot) or MaxRuntime on each of
-    SageMaker's own retries, and a last poll. Past it, the run is stuck: it fails and its jobs stop."""
+    SageMaker's own retries and on each restart after its wait (`restarts.max`), and a last poll.
+    Past it, the run is stuck: it fails and its jobs stop."""
     waves = -(-trial_count // max_concurrency(spec))
     job_seconds = (spec.spot.max_wait or spec.max_runtime) if spec.spot.enabled else spec.max_runtime
     capacity_waits = sum(capacity_wait_seconds(attempt) for attempt in range(CAPACITY_RETRIES))
@@ -204,9 +207,20 @@ def run_deadline_seconds(spec: JobSpec, trial_count: int) -> int:
         + capacity_waits
         + CAPACITY_RETRIES * JOB_OVERHEAD_SECONDS  # re-created attempts that failed for capacity
         + (spec.retry_attempts + 1) * (job_seconds + JOB_OVERHEAD_SECONDS)
+        + restart_seconds(spec.restarts.max, job_seconds + JOB_OVERHEAD_SECONDS)
         + MAX_POLL_SECONDS
     )
     return waves * per_trial
+
+
+def restart_wait_seconds(restarts_done: int, first: int = FIRST_RESTART_WAIT_SECONDS) -> int:
+    """Before restart number `restarts_done + 1`: 1, 2, 4 ... minutes, at most 15."""
+    return min(first * 2**restarts_done, first * RESTART_WAIT_CAP)
+
+
+def restart_seconds(restarts: int, job_seconds: int) -> int:
+    """What `restarts` restarts may add to a trial: each waits its backoff, then trains a whole job."""
+    return sum(restart_wait_seconds(done) + job_seconds for done in range(restarts))
 
 
 def deadline(started: datetime, seconds: int) -> str:

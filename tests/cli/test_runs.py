@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,7 +15,7 @@ from trainstack import facts
 from trainstack.identity import Run
 from trainstack_cli.runs import RunView, latest_metrics, position, run_identity, run_view, trial_index, trial_view
 from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_NO_STACK, CliError, aws_errors, find_stack
-from trainstack_cli.views import console, runs_table
+from trainstack_cli.views import console, runs_table, status_view
 from trainstack_contract.metric_lines import metric_definitions
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -82,6 +83,31 @@ def test_an_ended_job_without_log_metrics_shows_sagemakers_final_metrics():
     ended = job(TrainingJobStatus="Completed", FinalMetricDataList=[{"MetricName": "train:loss", "Value": 3.5}])
 
     assert trial_view(ended, NOW).metrics == {"train:loss": 3.5}
+
+
+def test_a_restarted_jobs_failure_says_whose_it_was_its_attempt_and_the_steps_it_lost():
+    failed = job(
+        TrainingJobName="trainstack-gpt-0123456789ab-t2-a1",
+        TrainingJobStatus="Failed",
+        FailureReason="AlgorithmError: rank 3: StepTimeout: no optimizer step completed for 301 s",
+        FinalMetricDataList=[
+            {"MetricName": "train:step", "Value": 130.0},
+            {"MetricName": "train:checkpoint_step", "Value": 100.0},
+        ],
+    )
+
+    trial = trial_view(failed, NOW)
+
+    assert (trial.attempt, trial.failure, trial.steps_lost) == (1, "infrastructure (hang)", 30)
+    assert "infrastructure (hang) failure; newest checkpoint step 100, 30 steps lost" in _printed(trial)
+
+
+def _printed(trial) -> str:
+    """What `trainstack status` prints for a run of this one trial, off a terminal."""
+    run = RunView("r", "arn:aws:states:us-east-1:1:execution:m:r", "RUNNING", "WaitForJob", "", "", 0, "", [trial])
+    out = io.StringIO()
+    console(out).print(status_view(run))
+    return out.getvalue()
 
 
 def test_the_position_is_the_last_state_the_execution_entered():

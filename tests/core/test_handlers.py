@@ -188,17 +188,36 @@ def _description(status: str) -> dict:
     }
 
 
-def test_describe_flags_a_capacity_failure_and_the_wait_before_trying_again(stubbed):
-    failed = {**_description("Failed"), "FailureReason": "CapacityError: Unable to provision requested ML compute capacity."}
+RESTARTS = {"max": 3, "on": ["infrastructure"], "exit_codes": [], "within": 172800}  # the spec's defaults, as dumped
+
+
+def _describe_failed(stubbed, reason: str, attempts: list[dict]) -> dict:
+    failed = {**_description("Failed"), "FailureReason": reason}
     stubbed["sagemaker"].add_response("describe_training_job", failed, {"TrainingJobName": "trainstack-x"})
-    result = describe.handler({"job_name": "trainstack-x", "poll_seconds": 60, "attempt": 1})
-    assert (result["capacity_failure"], result["retry_wait_seconds"]) == (True, 600)
+    started = datetime.now(UTC).isoformat()
+    return describe.handler(
+        {"job_name": "trainstack-x", "poll_seconds": 60, "attempts": attempts, "restarts": RESTARTS, "run_started": started}
+    )
+
+
+def test_describe_recreates_a_job_that_found_no_capacity_after_a_doubling_wait(stubbed):
+    earlier = [{"decision": "capacity retry 1 of 3"}]
+    result = _describe_failed(stubbed, "CapacityError: Unable to provision requested ML compute capacity.", earlier)
+    assert (result["retry"], result["restart"], result["retry_wait_seconds"]) == (True, False, 600)
+    assert result["attempts"][-1]["decision"] == "capacity retry 2 of 3"
+
+
+def test_describe_restarts_a_job_the_watchdog_ended_after_a_minute(stubbed):
+    result = _describe_failed(stubbed, "AlgorithmError: rank 1: StepTimeout: no optimizer step completed for 312 s", [])
+    assert (result["retry"], result["restart"], result["retry_wait_seconds"]) == (True, True, 60)
+    assert result["failure"] == {"kind": "infrastructure", "cause": "hang"}
+    assert result["attempts"][-1]["decision"] == "restart 1 of 3"
 
 
 def test_describe_does_not_retry_a_job_that_failed_for_its_own_reasons(stubbed):
-    failed = {**_description("Failed"), "FailureReason": "AlgorithmError: loss is NaN"}
-    stubbed["sagemaker"].add_response("describe_training_job", failed, {"TrainingJobName": "trainstack-x"})
-    assert describe.handler({"job_name": "trainstack-x", "poll_seconds": 60})["capacity_failure"] is False
+    result = _describe_failed(stubbed, "AlgorithmError: rank 0: ModuleNotFoundError: No module named 'flash_attn'", [])
+    assert (result["retry"], result["restart"]) == (False, False)
+    assert result["attempts"][-1]["decision"] == "not restarted: a user failure (code or environment)"
 
 
 def test_notify_reports_the_runs_outcome_even_when_sns_refuses_the_message(stubbed):

@@ -10,8 +10,10 @@ from trainstack.instances import CATALOG
 from trainstack.planner.speed import ASSUMED_MFU
 from trainstack.preflight import preflight
 from trainstack.rules import SpecRejectedError
-from trainstack.spec import parse_spec
+from trainstack.spec import Restarts, parse_spec
 from trainstack.workflow import CAPACITY_RETRIES
+
+RESTARTS = Restarts().max  # the default restarts per trial
 
 LLAMA_13B = {"layers": 40, "hidden": 5120, "heads": 40, "vocab": 32000, "ffn_hidden": 13824, "seq_len": 4096}
 USER_SCRIPT = {"source_dir": "s3://my-code/llama/sourcedir.tar.gz", "entry_point": "train_llama.py"}
@@ -84,20 +86,26 @@ def test_the_worst_case_counts_every_job_a_run_may_create_and_every_trial():
     data = spec(retry_attempts=2, max_runtime="10h", sweep={"max_concurrency": 2, "trials": [{"lr": 1e-4}, {"lr": 3e-4}]})
     plan = plan_of(data)
     price = CATALOG["ml.p4d.24xlarge"].price_per_hour
-    assert plan.worst_case_usd == pytest.approx(2 * price * 10 * (1 + 2 + CAPACITY_RETRIES) * 2)
+    assert plan.worst_case_usd == pytest.approx(2 * price * 10 * (1 + 2 + CAPACITY_RETRIES + RESTARTS) * 2)
 
 
 def test_a_spot_runs_worst_case_is_billed_up_to_max_wait():
     plan = plan_of(spec(spot={"enabled": True, "max_wait": "48h"}, max_runtime="24h"))
     price = CATALOG["ml.p4d.24xlarge"].price_per_hour
-    assert plan.worst_case_usd == pytest.approx(2 * price * 48 * (1 + CAPACITY_RETRIES))
+    assert plan.worst_case_usd == pytest.approx(2 * price * 48 * (1 + CAPACITY_RETRIES + RESTARTS))
 
 
 def test_a_budget_below_the_worst_case_is_refused_with_the_arithmetic():
     price = CATALOG["ml.p4d.24xlarge"].price_per_hour
-    message = refusal(spec(max_runtime="10h", budget={"max_usd": 100}))
+    message = refusal(spec(max_runtime="10h", budget={"max_usd": 100}, restarts={"max": 0}))
     assert f"budget.max_usd = 100: the run may cost up to ${2 * price * 10 * (1 + CAPACITY_RETRIES):,.0f}" in message
     assert f"2 x ml.p4d.24xlarge at ${price:,.2f}/h x 10 h x {1 + CAPACITY_RETRIES} jobs per trial" in message
+
+
+def test_each_restart_the_spec_allows_counts_as_a_whole_job_in_the_worst_case():
+    price = CATALOG["ml.p4d.24xlarge"].price_per_hour
+    none, five = (plan_of(spec(max_runtime="10h", restarts={"max": n})).worst_case_usd for n in (0, 5))
+    assert five - none == pytest.approx(2 * price * 10 * 5)
 
 
 def test_every_catalog_type_has_a_list_price_but_those_without_an_on_demand_rate():

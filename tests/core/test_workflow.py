@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.core.specs import DDP
-from trainstack.spec import parse_spec
+from trainstack.spec import Restarts, parse_spec
 from trainstack.workflow import (
     CAPACITY_REFUSED_RETRY,
     SUBJECT_MAX,
@@ -37,18 +37,24 @@ def _spec(**fields: object):
 
 
 def test_a_run_deadline_grows_with_the_jobs_own_limits():
-    assert run_deadline_seconds(_spec(max_runtime="48h"), 1) - run_deadline_seconds(_spec(max_runtime="24h"), 1) == 86400
+    longer = run_deadline_seconds(_spec(max_runtime="48h"), 1) - run_deadline_seconds(_spec(max_runtime="24h"), 1)
+    assert longer == 86400 * (1 + Restarts().max)  # the job and each restart it may get
 
 
 def test_a_spot_jobs_deadline_counts_its_whole_max_wait():
     spot = _spec(max_runtime="24h", spot={"enabled": True, "max_wait": "72h"})
-    assert run_deadline_seconds(spot, 1) - run_deadline_seconds(_spec(max_runtime="24h"), 1) == 2 * 86400
+    assert run_deadline_seconds(spot, 1) - run_deadline_seconds(_spec(max_runtime="24h"), 1) == 2 * 86400 * (1 + Restarts().max)
 
 
 def test_a_sweep_deadline_counts_its_trials_in_waves_of_max_concurrency():
     one = run_deadline_seconds(_spec(), 1)
     sweep = _spec(sweep={"max_concurrency": 2, "trials": [{}, {}, {}]})
     assert run_deadline_seconds(sweep, 3) == 2 * one  # 3 trials, 2 at a time: two waves
+
+
+def test_each_restart_gets_its_backoff_and_a_whole_job():
+    two = run_deadline_seconds(_spec(restarts={"max": 2}), 1) - run_deadline_seconds(_spec(restarts={"max": 0}), 1)
+    assert two == (60 + 86400 + 3600) + (120 + 86400 + 3600)
 
 
 def test_sagemakers_own_retries_each_get_the_whole_runtime():

@@ -63,13 +63,21 @@ def test_every_job_status_is_handled(definition):
     assert _states(definition)["WaitForJob"]["SecondsPath"] == "$.job.poll_seconds"
 
 
-def test_a_job_that_failed_for_capacity_is_created_again_a_bounded_number_of_times(definition):
+def test_a_job_describe_says_to_retry_is_created_again_after_its_backoff_keeping_the_attempts(definition):
+    # Describe decides (a capacity re-creation or a restart, each bounded: trainstack/restarts.py)
     states = _states(definition)
     (retry,) = [c for c in states["JobStatus"]["Choices"] if c["Next"] == "NextAttempt"]
-    assert {"Variable": "$.job.capacity_failure", "BooleanEquals": True} in retry["And"]
-    assert {"Variable": "$.attempt", "NumericLessThan": 3} in retry["And"]
+    assert retry == {"Variable": "$.job.retry", "BooleanEquals": True, "Next": "NextAttempt"}
     assert states["NextAttempt"]["Parameters"]["attempt.$"] == "States.MathAdd($.attempt, 1)"
-    assert (states["NextAttempt"]["Next"], states["CapacityBackoff"]["Next"]) == ("CapacityBackoff", "Create")
+    assert states["NextAttempt"]["Parameters"]["attempts.$"] == "$.job.attempts"
+    assert states["RetryBackoff"]["SecondsPath"] == "$.job.retry_wait_seconds"
+    assert (states["NextAttempt"]["Next"], states["RetryBackoff"]["Next"]) == ("RetryBackoff", "Create")
+
+
+def test_describe_reads_the_attempts_so_far_the_specs_restarts_and_when_the_run_started(definition):
+    parameters = _states(definition)["Describe"]["Parameters"]
+    assert (parameters["attempts.$"], parameters["restarts.$"]) == ("$.attempts", "$.spec.restarts")
+    assert parameters["run_started.$"] == "$$.Execution.StartTime"
 
 
 def test_runs_fail_with_the_reason_as_cause(definition):

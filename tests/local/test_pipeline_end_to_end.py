@@ -14,14 +14,14 @@ import pytest
 import yaml
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
-from tests.local.twin_runs import function_log
+from tests.local.twin_runs import function_log, notifications
 from trainstack import facts
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.polling import poll_until
 from trainstack.stack_context import DEAD_LETTER_OUTPUT
 from trainstack.workflow import THROTTLED_RETRY
 from trainstack_cli import main as cli
-from trainstack_local.emulator import ACCOUNT, REGION, local_aws, training_files
+from trainstack_local.emulator import REGION, local_aws, training_files
 from trainstack_local.pipeline import executions, finish, training_jobs, upload_sample_data, wait_for_new_executions
 from trainstack_local.sagemaker_twin import TwinSettings
 
@@ -54,13 +54,6 @@ def pipeline(default_stack, tmp_path):
 def put(stack, key: str, body: bytes | dict) -> None:
     data = yaml.safe_dump(body).encode() if isinstance(body, dict) else body
     boto3.client("s3", region_name=REGION).put_object(Bucket=stack.trigger_bucket, Key=key, Body=data)
-
-
-def notifications(stack) -> list[dict]:
-    from moto.sns.models import sns_backends
-
-    topic = sns_backends[ACCOUNT][REGION].topics[stack.topic_arn]
-    return [json.loads(message) for _, message, *_ in topic.sent_notifications]
 
 
 def assert_run_failed_with(stack, reason: str) -> None:

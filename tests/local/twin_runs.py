@@ -78,6 +78,16 @@ def checkpoint_keys(name: str) -> list[str]:
     return sorted(o["Key"][len(prefix) :] for page in pages for o in page.get("Contents", []))
 
 
+def notifications(stack: LocalStack) -> list[dict[str, Any]]:
+    """Every message the stack's topic sent, oldest first (moto keeps them)."""
+    from moto.sns.models import sns_backends
+
+    from trainstack_local.emulator import ACCOUNT
+
+    topic = sns_backends[ACCOUNT][REGION].topics[stack.topic_arn]
+    return [json.loads(message) for _, message, *_ in topic.sent_notifications]
+
+
 def function_log(name: str) -> list[str]:
     """What an emulated function printed, line by line, from its log group as Lambda names it."""
     logs = boto3.client("logs", region_name=REGION)

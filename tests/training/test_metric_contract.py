@@ -21,16 +21,28 @@ def _parse(line: str) -> dict[str, float]:
     return parsed
 
 
-def test_every_value_on_a_real_training_line_is_captured_exactly(tmp_path):
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory) -> str:
+    """What a real two-step run prints on stdout (its last step saves a checkpoint)."""
+    tmp_path = tmp_path_factory.mktemp("two-steps")
     result = run(job_args(tmp_path, "--tensorboard_dir", str(tmp_path / "tb"), steps=2), nproc=0)
     assert result.returncode == 0, result.stderr[-2000:]
-    line = next(line for line in result.stdout.splitlines() if line.startswith("step=2 "))
+    return result.stdout
+
+
+def test_every_value_on_a_real_training_line_is_captured_exactly(two_steps):
+    line = next(line for line in two_steps.splitlines() if line.startswith("step=2 "))
     printed = dict(pair.split("=") for pair in line.split())
     parsed = _parse(line)
     for key in ("loss", "grad_norm", "tokens_per_sec", "step_time"):
         assert parsed[f"train:{key}"] == float(printed[key])
     assert parsed["train:learning_rate"] == float(printed["lr"])
     assert "train:samples_per_sec" not in parsed and "train:mfu" not in parsed  # CPU: no known peak
+
+
+def test_a_complete_checkpoint_publishes_its_step_and_only_as_the_checkpoint_metric(two_steps):
+    (line,) = [line for line in two_steps.splitlines() if line.startswith("checkpoint ")]
+    assert _parse(line) == {"train:checkpoint_step": 2.0}
 
 
 def test_mfu_and_samples_per_sec_are_captured_when_printed():

@@ -4,7 +4,9 @@ Every log interval prints one line of `key=value` pairs, e.g.
 
     step=20 loss=4.9305 lr=3.000e-05 grad_norm=2.7089 tokens_per_sec=45815.8 step_time=0.0224 mfu=0.4120
 
-and a health rule that trips prints `health rule=<rule> step=<step> action=<action> ...`. The
+a health rule that trips prints `health rule=<rule> step=<step> action=<action> ...`, and each
+checkpoint complete on every rank prints `checkpoint step=<step>` (so the pipeline knows, from the
+job's final metrics alone, where a restart resumes and how many steps a failure cost). The
 request builder turns `METRICS` into CreateTrainingJob's `MetricDefinitions`: SageMaker scans the
 job's log with each regex and publishes the first group as a CloudWatch metric. Format and regexes
 live here together, and a test runs the regexes over real training output.
@@ -46,6 +48,7 @@ METRICS = {
     "train:mfu": rf" mfu={NUMBER}",
     "train:grad_norm_layer_min": rf" grad_norm_layer_min={NUMBER}",
     "train:grad_norm_layer_max": rf" grad_norm_layer_max={NUMBER}",
+    "train:checkpoint_step": r"checkpoint step=([0-9]+)",  # the newest complete checkpoint
     # A health rule's warning line publishes the step it tripped at.
     **{f"health:{rule}": rf"health rule={rule} step=([0-9]+)" for rule in RULES},
 }
@@ -59,6 +62,11 @@ def format_line(values: Mapping[str, float | int]) -> str:
 def health_line(rule: str, step: int, action: str, values: str) -> str:
     """A tripped health rule's warning line; `values` are its measured `key=value` pairs."""
     return f"health rule={rule} step={step} action={action} {values}".rstrip()
+
+
+def checkpoint_line(step: int) -> str:
+    """Printed once a checkpoint is complete on every rank (its manifest written)."""
+    return f"checkpoint step={step:d}"
 
 
 def metric_definitions() -> list[dict[str, str]]:

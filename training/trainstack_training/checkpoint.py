@@ -39,6 +39,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
+from trainstack_contract.metric_lines import checkpoint_line
 from trainstack_training.distributed import DistContext, all_gather, barrier, from_main
 
 log = logging.getLogger("trainstack")
@@ -164,6 +165,8 @@ class Checkpointer:
             write_manifest(path, files, self.context.node_rank)
             self._prune(progress.step)
         barrier(self.context)
+        if self.context.is_main:
+            print(checkpoint_line(progress.step), flush=True)
         return path
 
     def _step_dirs(self) -> list[tuple[int, Path]]:

@@ -1,15 +1,18 @@
-"""Describe: the job's status, how long to wait before asking again, and whether a failure was
-for capacity (the state machine then creates the job again after `retry_wait_seconds`)."""
+"""Describe: the job's status and how long to wait before asking again; for a job that ended, the
+attempt's record and whether to create the trial's job again (a capacity failure, or a failure that
+is not the user's under the spec's `restarts`), after `retry_wait_seconds`."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from trainstack.errors import THROTTLING, ThrottledError
 from trainstack.handlers.environment import client, environment
-from trainstack.workflow import capacity_wait_seconds, is_capacity_failure, next_poll_seconds, summary
+from trainstack.restarts import CAPACITY_RETRY, RESTART, RestartPolicy, after_job
+from trainstack.workflow import CAPACITY_RETRIES, ENDED, capacity_wait_seconds, next_poll_seconds, restart_wait_seconds, summary
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
@@ -21,10 +24,26 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         raise
     env = environment()
     result = summary(description)
-    return {
+    attempts = event.get("attempts", [])
+    answer = {
         **result,
         "poll_seconds": next_poll_seconds(event.get("poll_seconds"), env.first_poll_seconds, env.max_poll_seconds),
-        "capacity_failure": is_capacity_failure(result["status"], result["failure_reason"]),
-        # 5, 10, 20 minutes; local mode scales it with its shortened poll interval
-        "retry_wait_seconds": capacity_wait_seconds(event.get("attempt", 0), env.first_poll_seconds * 5),
+        "retry": False,
+        "restart": False,
+        "attempts": attempts,
     }
+    if result["status"] not in ENDED:
+        return answer
+    policy = RestartPolicy.from_spec_json(event["restarts"]) if "restarts" in event else RestartPolicy(0, (), (), 0)
+    started = datetime.fromisoformat(event["run_started"]) if "run_started" in event else datetime.now(UTC)
+    answer.update(
+        after_job(description, result, policy, attempts, (datetime.now(UTC) - started).total_seconds(), CAPACITY_RETRIES)
+    )
+    if answer["restart"]:
+        done = sum(1 for attempt in attempts if attempt["decision"].startswith(RESTART))
+        answer["retry_wait_seconds"] = restart_wait_seconds(done, env.first_poll_seconds)
+    elif answer["retry"]:
+        done = sum(1 for attempt in attempts if attempt["decision"].startswith(CAPACITY_RETRY))
+        # 5, 10, 20 minutes; local mode scales it with its shortened poll interval
+        answer["retry_wait_seconds"] = capacity_wait_seconds(done, env.first_poll_seconds * 5)
+    return answer

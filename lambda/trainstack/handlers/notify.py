@@ -1,5 +1,6 @@
 """Notify: one SNS message per run with what a person acts on (the run's status and reason; each
-trial's status, failure reason, final metrics, duration, billable seconds, cost, model URI; links to
+trial's status, failure reason, final metrics, duration, billable seconds, cost, model URI, and the
+account of its attempts (restarts, their reasons, the steps each resumed from and lost); links to
 the execution, each job and its logs), and the run's overall outcome for the state machine's final
 Choice. Each ended job is also counted on the stack's dashboard (run_report.metric_lines).
 
@@ -19,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from trainstack.billing import cost_basis
 from trainstack.errors import SpecInvalidError
 from trainstack.handlers.environment import client, environment
+from trainstack.restarts import RESTART
 from trainstack.run_report import execution_link, job_links, metric_lines
 from trainstack.workflow import COMPLETED, FAILED, NOT_STARTED, REJECTED, UNWATCHED, notification_subject
 
@@ -73,18 +75,36 @@ def _trial(result: dict[str, Any]) -> dict[str, Any]:
         if status == UNWATCHED:
             reason = f"could not be described ({reason}); stopped with the run"
         return {"job_name": result.get("job_name", ""), "status": status, "reason": reason}
+    attempts = result.get("attempts", [])
     return {
         "job_name": result["job_name"],
         "status": result["status"],
-        "reason": result.get("failure_reason", ""),
+        "reason": _reason_across(attempts) if len(attempts) > 1 else result.get("failure_reason", ""),
         "model_artifacts": result.get("model_artifacts", ""),
         "duration_seconds": result.get("duration_seconds", 0),
         "billable_seconds": result.get("billable_seconds", 0),
         "instance_type": result.get("instance_type", ""),
         "instance_count": result.get("instance_count", 1),
-        "cost_usd": result.get("cost_usd"),
+        "cost_usd": _cost_across(attempts) if attempts else result.get("cost_usd"),
         "final_metrics": result.get("final_metrics", {}),
+        # every attempt: why it ended, whose failure, restart or not, the step resumed from, steps lost
+        "attempts": attempts,
+        "restarts": sum(1 for attempt in attempts if attempt["decision"].startswith(RESTART)),
+        "steps_lost": sum(attempt["steps_lost"] for attempt in attempts),
     }
+
+
+def _reason_across(attempts: list[dict[str, Any]]) -> str:
+    """A restarted trial's reason names every attempt's end, oldest first (the last decided the outcome)."""
+    return "; ".join(
+        f"attempt {number} ({attempt['kind'] or 'no'} failure, {attempt['cause'] or attempt['status']}): {attempt['reason']}"
+        for number, attempt in enumerate(attempts, start=1)
+    )
+
+
+def _cost_across(attempts: list[dict[str, Any]]) -> float | None:
+    costs = [attempt["cost_usd"] for attempt in attempts]
+    return None if None in costs else round(sum(costs), 4)
 
 
 def _reason(error: dict[str, Any]) -> str:

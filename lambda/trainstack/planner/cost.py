@@ -67,7 +67,7 @@ def run_cost(spec: JobSpec, instance: Instance, trials: int, run_seconds: float 
         price_per_hour=instance.price_per_hour,
         instances=spec.instance_count,
         billable_hours_per_job=billed / 3600,
-        jobs_per_trial=1 + spec.retry_attempts + CAPACITY_RETRIES,
+        jobs_per_trial=1 + spec.retry_attempts + CAPACITY_RETRIES + spec.restarts.max,
         trials=trials,
         expected_hours=expected,
     )

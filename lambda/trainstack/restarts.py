@@ -1,0 +1,106 @@
+"""Restarting a trial after a failure that is not the user's, and the account of every attempt. Pure:
+Describe calls these with the job's description and the spec's `restarts`, and returns their
+answer to the state machine, which re-creates the job (NextAttempt) when `retry` says so.
+
+Each ended attempt of a trial leaves one record in the trial's `attempts` (carried in the state
+machine's payload): why it ended, whose failure that was, the step it trained to, the newest
+complete checkpoint (where the next attempt resumes), the steps trained after that checkpoint (lost:
+trained again by the next attempt) and what the attempt and its lost steps cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainstack.failures import CAPACITY, Failure, classify, failure_text
+
+STEP_METRIC = "train:step"
+CHECKPOINT_METRIC = "train:checkpoint_step"
+RESTART = "restart"
+REASON_CHARS = 300
+CAPACITY_RETRY = "capacity retry"
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """The spec's `restarts`, as the payload carries it (the spec's JSON dump)."""
+
+    max: int
+    on: tuple[str, ...]
+    exit_codes: tuple[int, ...]
+    within_seconds: int
+
+    @classmethod
+    def from_spec_json(cls, restarts: dict[str, Any]) -> RestartPolicy:
+        return cls(int(restarts["max"]), tuple(restarts["on"]), tuple(restarts["exit_codes"]), int(restarts["within"]))
+
+
+def restart_decision(failure: Failure, policy: RestartPolicy, restarts_done: int, seconds_since_start: float) -> tuple[bool, str]:
+    """Whether to restart after this failure, and why (or why not), in words for the attempt's record."""
+    if failure.kind not in policy.on:
+        return False, f"not restarted: a {failure.kind} failure ({failure.cause})"
+    if restarts_done >= policy.max:
+        return False, f"not restarted: restarts.max = {policy.max} spent"
+    if seconds_since_start > policy.within_seconds:
+        return False, f"not restarted: the run started more than restarts.within = {policy.within_seconds} s ago"
+    return True, f"{RESTART} {restarts_done + 1} of {policy.max}"
+
+
+def attempt_record(
+    description: dict[str, Any], summary: dict[str, Any], failure: Failure | None, decision: str
+) -> dict[str, Any]:
+    """One ended attempt: what it trained, what a restart resumes from, and what was lost."""
+    metrics = summary.get("final_metrics", {})
+    trained = int(metrics.get(STEP_METRIC, 0))
+    checkpoint = int(metrics.get(CHECKPOINT_METRIC, 0))
+    lost = max(0, trained - checkpoint)
+    cost = summary.get("cost_usd")
+    transitions = description.get("SecondaryStatusTransitions") or []
+    return {
+        "job_name": summary["job_name"],
+        "status": summary["status"],
+        # bounded: a sweep's trials, each with its attempts, share Step Functions' 256 KB payload
+        "reason": summary.get("failure_reason", "")[:REASON_CHARS],
+        "kind": failure.kind if failure else "",
+        "cause": failure.cause if failure else "",
+        "decision": decision,
+        "spot_interruptions": sum(1 for t in transitions if t.get("Status") == "Interrupted"),  # SageMaker restarted it
+        "trained_to_step": trained,
+        "checkpoint_step": checkpoint,  # where the next attempt resumes
+        "steps_lost": lost,
+        "cost_usd": cost,
+        # the lost steps' share of what the attempt billed
+        "lost_usd": None if cost is None or not trained else round(cost * lost / trained, 4),
+    }
+
+
+def after_job(
+    description: dict[str, Any], summary: dict[str, Any], policy: RestartPolicy, attempts: list[dict[str, Any]],
+    seconds_since_start: float, capacity_retries: int,
+) -> dict[str, Any]:  # fmt: skip
+    """What Describe adds for a job that ended: `retry` (create the trial's job again: a capacity
+    re-creation or a restart), `restart` (a restart, which spends the policy's budget), the failure's
+    classification, and `attempts` with this attempt's record."""
+    if summary["status"] != "Failed":
+        return {"retry": False, "restart": False, "attempts": [*attempts, attempt_record(description, summary, None, "")]}
+    failure = classify(failure_text(description), policy.exit_codes)
+    if failure.kind == CAPACITY:
+        done = sum(1 for attempt in attempts if attempt["decision"].startswith(CAPACITY_RETRY))
+        retry = done < capacity_retries
+        decision = (
+            f"{CAPACITY_RETRY} {done + 1} of {capacity_retries}"
+            if retry
+            else f"not re-created: {capacity_retries} capacity retries spent"
+        )
+        restart = False
+    else:
+        done = sum(1 for attempt in attempts if attempt["decision"].startswith(RESTART))
+        retry, decision = restart_decision(failure, policy, done, seconds_since_start)
+        restart = retry
+    return {
+        "retry": retry,
+        "restart": restart,
+        "failure": {"kind": failure.kind, "cause": failure.cause},
+        "attempts": [*attempts, attempt_record(description, summary, failure, decision)],
+    }
