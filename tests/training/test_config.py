@@ -69,6 +69,7 @@ def test_strategy_defaults_from_how_the_container_was_launched(environ, strategy
         (["--mp_parameters", "degree"], "'mp_parameters'"),
         (["--grad_accum", "0"], "'grad_accum' = 0"),
         (["--step_timeout", "-1"], "'step_timeout' = -1.0: seconds, or 0"),
+        (["--checkpoint_interval", "-5"], "'checkpoint_interval' = -5.0: seconds, or 0 to checkpoint by steps only"),
         (["--startup_timeout", "0"], "'startup_timeout' = 0.0: must be positive"),
         (["--activation_checkpointing", "maybe"], "expected bool"),
         (["positional"], "unexpected argument"),

@@ -233,3 +233,16 @@ def test_compiled_blocks_and_fused_adamw_train_as_the_plain_run_does(tmp_path, d
     got = losses(fast.stdout)
     assert sorted(got) == [1, 2, 3]
     assert [got[step] for step in sorted(got)] == pytest.approx(ddp_two_ranks[:3], rel=1e-4)
+
+
+def test_a_checkpoint_interval_saves_by_wall_clock_on_every_rank_at_the_same_step(tmp_path):
+    # 40 steps of at least ~15 ms each on 2 cores, a checkpoint due every 0.1 s: some fall between the
+    # steps' own checkpoints (none here but the last), whatever this machine's speed
+    args = job_args(tmp_path, "--checkpoint_every", "1000", "--checkpoint_interval", "0.1", "--keep_checkpoints", "100", steps=40)
+    result = run(args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = [int(line.split("=")[1]) for line in result.stdout.splitlines() if line.startswith("checkpoint step=")]
+    assert saved[-1] == 40 and len(saved) >= 2 and saved == sorted(set(saved))
+    for step in saved:  # complete: both ranks' shards under one manifest
+        manifest = json.loads((tmp_path / "checkpoints" / f"step_{step:08d}" / "manifest.json").read_text())
+        assert {"__0_0.distcp", "__1_0.distcp"} <= set(manifest["files"])

@@ -1,5 +1,6 @@
-"""How ranks agree to stop without a blocking collective per step (distributed.StopVote): the flag
-a rank raises during step n reaches every rank at the end of step n + 1, on every rank alike."""
+"""How ranks agree to stop, and to checkpoint by time, without a blocking collective per step
+(distributed.StopVote): a flag a rank raises during step n reaches every rank at the end of step
+n + 1, on every rank alike."""
 
 from __future__ import annotations
 
@@ -24,15 +25,25 @@ def _vote(rank: int, port: int, answers: dict) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=2)
     context = DistContext(rank=rank, local_rank=rank, world_size=2, device=torch.device("cpu"), backend="gloo")
     vote = StopVote(context)
-    answers[rank] = [vote.any_rank(rank == 1 and step >= RAISED_AT) for step in range(1, STEPS + 1)]
+    # rank 1 is asked to stop from step RAISED_AT on; rank 0's clock says a checkpoint is due at step 2
+    agreed = [vote.any_rank(rank == 1 and step >= RAISED_AT, rank == 0 and step == 2) for step in range(1, STEPS + 1)]
+    answers[rank] = [(a.stop, a.save) for a in agreed]
     vote.close()
     dist.destroy_process_group()
 
 
-def test_a_stop_raised_on_one_rank_during_step_n_stops_every_rank_after_step_n_plus_1():
-    answers = mp.Manager().dict()
+@pytest.fixture(scope="module")
+def answers() -> dict:
+    found = mp.Manager().dict()
+    mp.spawn(_vote, args=(free_port(), found), nprocs=2)
+    return dict(found)
 
-    mp.spawn(_vote, args=(free_port(), answers), nprocs=2)
 
+def test_a_stop_raised_on_one_rank_during_step_n_stops_every_rank_after_step_n_plus_1(answers):
     expected = [step > RAISED_AT for step in range(1, STEPS + 1)]
-    assert answers[0] == answers[1] == expected
+    assert [stop for stop, _ in answers[0]] == [stop for stop, _ in answers[1]] == expected
+
+
+def test_a_checkpoint_rank_0_finds_due_during_step_n_is_saved_by_every_rank_after_step_n_plus_1(answers):
+    expected = [step == 3 for step in range(1, STEPS + 1)]
+    assert [save for _, save in answers[0]] == [save for _, save in answers[1]] == expected

@@ -70,6 +70,9 @@ class TrainConfig:
     # SMP v2: the JSON the SageMaker SDK passes as the `mp_parameters` hyperparameter
     mp_parameters: str = "{}"
     checkpoint_every: int = 50
+    # Seconds of wall clock between checkpoints as well (0: steps only): a failure then loses at most
+    # this much training whatever the step time; rank 0's clock decides, every rank saves at one step.
+    checkpoint_interval: float = 0.0
     keep_checkpoints: int = 2
     log_every: int = 10
     checkpoint_dir: str = "/opt/ml/checkpoints"
@@ -101,6 +104,10 @@ class TrainConfig:
         for name in ("max_steps", "micro_batch_size", "grad_accum", "log_every", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"hyperparameter '{name}' = {getattr(self, name)}: must be at least 1")
+        if self.checkpoint_interval < 0:
+            raise ConfigError(
+                f"hyperparameter 'checkpoint_interval' = {self.checkpoint_interval}: seconds, or 0 to checkpoint by steps only"
+            )
         if self.step_timeout < 0:
             raise ConfigError(f"hyperparameter 'step_timeout' = {self.step_timeout}: seconds, or 0 to derive it from step times")
         if self.startup_timeout <= 0:

@@ -214,12 +214,18 @@ def all_reduce_mean(value: torch.Tensor, context: DistContext) -> torch.Tensor:
     return value
 
 
+@dataclass(frozen=True)
+class Agreed:
+    stop: bool  # some rank was asked to stop (SIGTERM)
+    save: bool  # a checkpoint is due by wall clock (rank 0's)
+
+
 class StopVote:
-    """Whether any rank was asked to stop (one rank's SIGTERM stops every rank at the same step),
-    agreed without a blocking collective per step: each step starts an all-reduce of this rank's
-    flag on a CPU (gloo) group and reads the one started the step before, long finished. The GPU
-    stream is never waited on for it. A signal that arrives during step n is therefore acted on at
-    the end of step n + 1: at most two steps, then the checkpoint save."""
+    """Whether any rank was asked to stop (one rank's SIGTERM stops every rank at the same step), and
+    whether a checkpoint is due by time, agreed without a blocking collective per step: each step
+    starts an all-reduce (MAX) of this rank's flags on a CPU (gloo) group and reads the one started the
+    step before, long finished. The GPU stream is never waited on for it. A flag raised during step n
+    is therefore acted on at the end of step n + 1: at most two steps, then the checkpoint save."""
 
     def __init__(self, context: DistContext) -> None:
         self.context = context
@@ -228,17 +234,17 @@ class StopVote:
         self.group = dist.new_group(backend="gloo") if context.is_distributed and context.backend != "gloo" else None
         self.pending: tuple[Any, torch.Tensor] | None = None
 
-    def any_rank(self, flag: bool) -> bool:
-        """This step's flag goes out; the answer is the previous step's, the same on every rank."""
+    def any_rank(self, stop: bool, save: bool = False) -> Agreed:
+        """This step's flags go out; the answer is the previous step's, the same on every rank."""
         if not self.context.is_distributed:
-            return flag
-        tensor = torch.tensor([1.0 if flag else 0.0])
+            return Agreed(stop, save)
+        tensor = torch.tensor([1.0 if stop else 0.0, 1.0 if save else 0.0])
         work = dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
         previous, self.pending = self.pending, (work, tensor)
         if previous is None:
-            return False
+            return Agreed(False, False)
         previous[0].wait()
-        return bool(previous[1].item())
+        return Agreed(bool(previous[1][0].item()), bool(previous[1][1].item()))
 
     def close(self) -> None:
         """Let the last all-reduce finish before the process group goes."""

@@ -10,6 +10,7 @@ import functools
 import logging
 import math
 import platform
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -164,6 +165,7 @@ class Trainer:
     # scaler's found_inf), so the norm needs no trip to the host but on log steps.
     skip_on_device: bool
     nonfinite_at: torch.Tensor = field(init=False)  # with skip_on_device, the first such step; 0: none
+    interval_started: float = field(default_factory=time.monotonic)  # rank 0: since the last time-based save was asked
 
     def __post_init__(self) -> None:
         self.nonfinite_at = torch.zeros((), dtype=torch.long, device=self.context.device)
@@ -180,10 +182,11 @@ class Trainer:
             outcome = self.train_step(step)
             logged = self.log_metrics(step, outcome) if self._is_log_step(step) else None
             self.check_health(step, outcome, logged)
-            if self.should_stop():
+            agreed = self.agree()
+            if agreed.stop:
                 self.stop_with_checkpoint()
                 return "stopped"
-            if step % self.config.checkpoint_every == 0 or step == self.config.max_steps:
+            if step % self.config.checkpoint_every == 0 or step == self.config.max_steps or agreed.save:
                 self.save_checkpoint()
         self.export()
         return "completed"
@@ -305,9 +308,14 @@ class Trainer:
         self._close_tensorboard()
         raise HealthRuleTrippedError(verdict.reason())
 
-    def should_stop(self) -> bool:
-        """The stop vote: whether any rank was asked to stop (SIGTERM), the same answer on every rank."""
-        return self.vote.any_rank(self.stop.requested)
+    def agree(self) -> distributed.Agreed:
+        """The vote: whether any rank was asked to stop (SIGTERM) and whether a checkpoint is due by
+        rank 0's clock (`checkpoint_interval`), the same answers on every rank."""
+        interval, now = self.config.checkpoint_interval, time.monotonic()
+        due = bool(interval) and self.context.is_main and now - self.interval_started >= interval
+        if due:  # counted from the request: the answer arrives a step later, and must not be asked twice
+            self.interval_started = now
+        return self.vote.any_rank(self.stop.requested, due)
 
     def stop_with_checkpoint(self) -> None:
         self.vote.close()
