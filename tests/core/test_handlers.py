@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
@@ -212,6 +212,16 @@ def test_describe_restarts_a_job_the_watchdog_ended_after_a_minute(stubbed):
     assert (result["retry"], result["restart"], result["retry_wait_seconds"]) == (True, True, 60)
     assert result["failure"] == {"kind": "infrastructure", "cause": "hang"}
     assert result["attempts"][-1]["decision"] == "restart 1 of 3"
+
+
+def test_describe_reads_the_runs_start_as_step_functions_writes_it_and_restarts_nothing_past_within(stubbed):
+    failed = {**_description("Failed"), "FailureReason": "AlgorithmError: rank 1: StepTimeout: no optimizer step"}
+    stubbed["sagemaker"].add_response("describe_training_job", failed, {"TrainingJobName": "trainstack-x"})
+    three_days_ago = (datetime.now(UTC) - timedelta(days=3)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    event = {"job_name": "trainstack-x", "poll_seconds": 60, "attempts": [], "restarts": RESTARTS, "run_started": three_days_ago}
+    result = describe.handler(event)
+    assert result["retry"] is False
+    assert result["attempts"][-1]["decision"] == "not restarted: the run started more than restarts.within = 172800 s ago"
 
 
 def test_describe_does_not_retry_a_job_that_failed_for_its_own_reasons(stubbed):

@@ -35,10 +35,8 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if result["status"] not in ENDED:
         return answer
     policy = RestartPolicy.from_spec_json(event["restarts"]) if "restarts" in event else RestartPolicy(0, (), (), 0)
-    started = datetime.fromisoformat(event["run_started"]) if "run_started" in event else datetime.now(UTC)
-    answer.update(
-        after_job(description, result, policy, attempts, (datetime.now(UTC) - started).total_seconds(), CAPACITY_RETRIES)
-    )
+    elapsed = (datetime.now(UTC) - _started(event)).total_seconds()
+    answer.update(after_job(description, result, policy, attempts, elapsed, CAPACITY_RETRIES))
     if answer["restart"]:
         done = sum(1 for attempt in attempts if attempt["decision"].startswith(RESTART))
         answer["retry_wait_seconds"] = restart_wait_seconds(done, env.first_poll_seconds)
@@ -47,3 +45,11 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         # 5, 10, 20 minutes; local mode scales it with its shortened poll interval
         answer["retry_wait_seconds"] = capacity_wait_seconds(done, env.first_poll_seconds * 5)
     return answer
+
+
+def _started(event: dict[str, Any]) -> datetime:
+    """When the run started (`$$.Execution.StartTime`, ISO 8601 in UTC); now, for an event without it."""
+    if "run_started" not in event:
+        return datetime.now(UTC)
+    started = datetime.fromisoformat(event["run_started"])
+    return started if started.tzinfo else started.replace(tzinfo=UTC)
