@@ -22,6 +22,7 @@ def show(plan: JobPlan, source: str, console: Console) -> None:
             f"{model['layers']} layers x {model['hidden']}, sequence {model['seq_len']}, micro-batch {model['micro_batch_size']} "
             f"x {model['grad_accum']} accumulation, {model['precision']}"
             + (", activation checkpointing" if model["activation_checkpointing"] else "")
+            + f"; a checkpoint writes {model['checkpoint_gib']:,.1f} GiB (all hosts together)"
         )
     for option in report["options"]:
         console.print(_option_table(option))

@@ -101,3 +101,23 @@ def test_a_leftover_of_the_same_step_is_cleared_before_saving(tmp_path):
 
 def test_no_checkpoint_means_a_fresh_start(tmp_path):
     assert Checkpointer(tmp_path / "missing", keep=1, context=SINGLE).resume_step() is None
+
+
+def test_the_plans_checkpoint_size_is_what_a_save_writes(tmp_path):
+    import dataclasses
+
+    from tests.planner.test_model_states_exact import _workload
+    from trainstack.planner.memory import checkpoint_bytes
+
+    state = _state(step=3)
+    for parameter in state.model.parameters():  # AdamW makes its state on the first step
+        parameter.grad = torch.zeros_like(parameter)
+    state.optimizer.step()
+    path = Checkpointer(tmp_path, keep=2, context=SINGLE).save(state)
+    written = sum(f.stat().st_size for f in path.iterdir() if f.name != MANIFEST)
+    workload = dataclasses.replace(_workload("gpt-tiny"), precision="fp32")
+    planned = checkpoint_bytes(workload)
+    # besides the tensors, DCP writes its metadata, each item's serialization header (about 1.3 KiB: all
+    # of the difference at gpt-tiny's size, nothing at a real model's) and the data position
+    items = 4 * workload.architecture.tensors + 1  # parameter, exp_avg, exp_avg_sq, step; the tied head again
+    assert planned <= written <= planned + items * 2048 + 64 * 1024

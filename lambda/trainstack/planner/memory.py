@@ -92,6 +92,19 @@ def model_states(workload: Workload, layout: Layout) -> ModelStates:
     return ModelStates(local * FP32, gradients, optimizer_bytes(workload, layout, local))
 
 
+def checkpoint_bytes(workload: Workload) -> int:
+    """What one checkpoint writes across all hosts: the fp32 parameters and the optimizer's state,
+    each once whatever the strategy (DCP writes a replicated tensor once, a sharded one shard by shard;
+    ZeRO-1's partitions add up to the whole state). DCP's metadata and the data position are noise."""
+    architecture = workload.architecture
+    parameters = workload.parameters_stated or architecture.parameters
+    per_element, per_tensor = _optimizer_widths(workload)
+    # A tied output head is a second name for the embedding in the state dict, and written again
+    # (measured: tests/training/test_checkpoint.py); the optimizer holds its state once.
+    tied_copy = architecture.vocab * architecture.hidden * FP32 if architecture.tied_embeddings else 0
+    return parameters * (FP32 + per_element) + architecture.tensors * per_tensor + tied_copy
+
+
 def local_parameters(architecture: Architecture, layout: Layout) -> int:
     """Parameters on the most loaded GPU (element count)."""
     if layout.strategy == "fsdp":
@@ -104,12 +117,16 @@ def local_parameters(architecture: Architecture, layout: Layout) -> int:
     return architecture.parameters
 
 
+def _optimizer_widths(workload: Workload) -> tuple[int, int]:
+    """The optimizer's state in bytes per parameter element and per parameter tensor."""
+    if workload.optimizer == "sgd":  # momentum buffers only
+        return FP32, 0
+    return 2 * FP32, FP32  # AdamW: exp_avg and exp_avg_sq in fp32, and a float32 `step` tensor per parameter
+
+
 def optimizer_bytes(workload: Workload, layout: Layout, local: int) -> int:
     architecture = workload.architecture
-    if workload.optimizer == "sgd":  # momentum buffers only
-        per_element, per_tensor = FP32, 0
-    else:  # AdamW: exp_avg and exp_avg_sq in fp32, and a float32 `step` tensor per parameter
-        per_element, per_tensor = 2 * FP32, FP32
+    per_element, per_tensor = _optimizer_widths(workload)
     if layout.strategy in ("ddp", "smddp") and workload.zero1 and layout.world > 1:
         scale = (workload.parameters_stated or architecture.parameters) / architecture.parameters
         partition = zero1_partition(architecture.shapes, layout.world)

@@ -18,7 +18,7 @@ from typing import Any
 from trainstack.facts import Instance
 from trainstack.instances import CATALOG
 from trainstack.planner.cost import Cost, run_cost
-from trainstack.planner.memory import GIB, MemoryBreakdown, memory_per_gpu
+from trainstack.planner.memory import GIB, MemoryBreakdown, checkpoint_bytes, memory_per_gpu
 from trainstack.planner.parallelism import Layout, layout_of
 from trainstack.planner.speed import PRECISION_PEAK, Speed, speed
 from trainstack.planner.workload import NotPlannableError, Workload, workload_of
@@ -244,6 +244,7 @@ def _workload_json(workload: Workload) -> dict[str, Any]:
         "activation_checkpointing": workload.activation_checkpointing,
         "optimizer": workload.optimizer,
         "steps": workload.steps,
+        "checkpoint_gib": round(checkpoint_bytes(workload) / GIB, 2),  # one checkpoint, all hosts together
     }
 
 
