@@ -18,7 +18,7 @@ from typing import Any
 from trainstack.billing import billed_usd
 from trainstack.failures import classify, failure_text
 from trainstack.identity import Run
-from trainstack.restarts import CHECKPOINT_METRIC, STEP_METRIC
+from trainstack.restarts import progress_at_end
 from trainstack.workflow import trigger_of
 from trainstack_contract.job_names import JobName
 
@@ -52,8 +52,7 @@ class TrialView:
     @property
     def steps_lost(self) -> int:
         """Steps trained after the newest complete checkpoint: a restart trains them again."""
-        trained, saved = self.metrics.get(STEP_METRIC), self.metrics.get(CHECKPOINT_METRIC)
-        return max(0, int(trained) - int(saved or 0)) if trained is not None and self.status == "Failed" else 0
+        return progress_at_end(self.metrics)[2] if self.status == "Failed" else 0
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainstack.workflow import CAPACITY_FAILURE_MARKERS
-from trainstack_contract.failure_tags import STEP_TIMEOUT, TRANSPORT_ERROR
+from trainstack_contract.failure_tags import GLOO_PEER_GONE, STEP_TIMEOUT, TRANSPORT_ERROR
 
 INFRASTRUCTURE = "infrastructure"
 USER = "user"
 UNKNOWN = "unknown"
 CAPACITY = "capacity"  # no instances: the state machine's own capacity loop re-creates the job
-KINDS = (INFRASTRUCTURE, USER, UNKNOWN)
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ ROWS: tuple[FailureRow, ...] = (
     # how NCCL, EFA and torch's launcher word a transport failure in scripts that do not tag it
     FailureRow(INFRASTRUCTURE, "transport", r"DistBackendError|DistNetworkError|ncclRemoteError|ncclSystemError|"
                r"NCCL communicator was aborted|Watchdog caught collective operation timeout|NET/OFI|"
-               r"Connection (closed|reset) by peer|RendezvousTimeoutError|RendezvousClosedError",
+               rf"{'|'.join(GLOO_PEER_GONE)}|RendezvousTimeoutError|RendezvousClosedError",
                "AlgorithmError: ExecuteUserScriptError: [Rank 0] Watchdog caught collective operation timeout: "
                "WorkNCCL(SeqNum=812, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out"),
     # a GPU that failed under the job (Xid errors, ECC, fallen off the bus)

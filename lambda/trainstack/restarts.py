@@ -36,6 +36,18 @@ class RestartPolicy:
         return cls(int(restarts["max"]), tuple(restarts["on"]), tuple(restarts["exit_codes"]), int(restarts["within"]))
 
 
+def decided(attempts: list[dict[str, Any]], decision: str) -> int:
+    """How many earlier attempts ended in this decision (RESTART or CAPACITY_RETRY): the records are the count."""
+    return sum(1 for attempt in attempts if attempt["decision"].startswith(decision))
+
+
+def progress_at_end(metrics: dict[str, float]) -> tuple[int, int, int]:
+    """From a job's final metrics: the step it trained to, its newest complete checkpoint (where the
+    next attempt resumes) and the steps between them (trained again by that attempt)."""
+    trained, checkpoint = int(metrics.get(STEP_METRIC, 0)), int(metrics.get(CHECKPOINT_METRIC, 0))
+    return trained, checkpoint, max(0, trained - checkpoint)
+
+
 def restart_decision(failure: Failure, policy: RestartPolicy, restarts_done: int, seconds_since_start: float) -> tuple[bool, str]:
     """Whether to restart after this failure, and why (or why not), in words for the attempt's record."""
     if failure.kind not in policy.on:
@@ -51,10 +63,7 @@ def attempt_record(
     description: dict[str, Any], summary: dict[str, Any], failure: Failure | None, decision: str
 ) -> dict[str, Any]:
     """One ended attempt: what it trained, what a restart resumes from, and what was lost."""
-    metrics = summary.get("final_metrics", {})
-    trained = int(metrics.get(STEP_METRIC, 0))
-    checkpoint = int(metrics.get(CHECKPOINT_METRIC, 0))
-    lost = max(0, trained - checkpoint)
+    trained, checkpoint, lost = progress_at_end(summary.get("final_metrics", {}))
     cost = summary.get("cost_usd")
     transitions = description.get("SecondaryStatusTransitions") or []
     return {
@@ -86,7 +95,7 @@ def after_job(
         return {"retry": False, "restart": False, "attempts": [*attempts, attempt_record(description, summary, None, "")]}
     failure = classify(failure_text(description), policy.exit_codes)
     if failure.kind == CAPACITY:
-        done = sum(1 for attempt in attempts if attempt["decision"].startswith(CAPACITY_RETRY))
+        done = decided(attempts, CAPACITY_RETRY)
         retry = done < capacity_retries
         decision = (
             f"{CAPACITY_RETRY} {done + 1} of {capacity_retries}"
@@ -95,8 +104,7 @@ def after_job(
         )
         restart = False
     else:
-        done = sum(1 for attempt in attempts if attempt["decision"].startswith(RESTART))
-        retry, decision = restart_decision(failure, policy, done, seconds_since_start)
+        retry, decision = restart_decision(failure, policy, decided(attempts, RESTART), seconds_since_start)
         restart = retry
     return {
         "retry": retry,

@@ -20,3 +20,9 @@ TRANSPORT_ERROR = "TransportError"
 # 75 is EX_TEMPFAIL in sysexits.h: "temporary failure, the user is invited to retry".
 STEP_TIMEOUT_EXIT_CODE = 75
 TRANSPORT_ERROR_EXIT_CODE = 76
+
+# gloo reports a peer that vanished mid-collective as a plain RuntimeError (gloo/transport/tcp/pair.cc):
+# "Connection closed by peer [<address>]" at end of file, "Read error [<address>]: " + strerror(ECONNRESET)
+# when the connection was reset (a peer that exited with data unread, or its host). The script tags
+# these as TRANSPORT_ERROR; the pipeline reads the same words in the reasons of scripts that do not.
+GLOO_PEER_GONE = ("Connection closed by peer", "Connection reset by peer")

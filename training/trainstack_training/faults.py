@@ -29,7 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
-from trainstack_contract import fault_hooks
+from trainstack_contract import failure_tags, fault_hooks
 
 if TYPE_CHECKING:  # torch only where the hooks act on tensors
     import torch
@@ -126,11 +126,6 @@ NCCL_REMOTE_ERROR = (
     "NET/OFI Request error"
 )
 
-# gloo reports a peer that vanished mid-collective as a plain RuntimeError (gloo/transport/tcp/pair.cc):
-# "Connection closed by peer [<address>]" at end of file, "Read error [<address>]: " + strerror(ECONNRESET)
-# when the connection was reset (a peer that exited with data unread, as seen here, or its host).
-_GLOO_PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
-
 
 def is_transport_error(error: BaseException) -> bool:
     """Whether an exception is a collective failing in the transport (NCCL, EFA, a peer process or host
@@ -139,7 +134,7 @@ def is_transport_error(error: BaseException) -> bool:
 
     if isinstance(error, torch.distributed.DistBackendError | torch.distributed.DistNetworkError):
         return True
-    return isinstance(error, RuntimeError) and any(marker in str(error) for marker in _GLOO_PEER_GONE)
+    return isinstance(error, RuntimeError) and any(marker in str(error) for marker in failure_tags.GLOO_PEER_GONE)
 
 
 def hang_forever() -> NoReturn:

@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 
 from trainstack.errors import THROTTLING, ThrottledError
 from trainstack.handlers.environment import client, environment
-from trainstack.restarts import CAPACITY_RETRY, RESTART, RestartPolicy, after_job
+from trainstack.restarts import CAPACITY_RETRY, RESTART, RestartPolicy, after_job, decided
 from trainstack.workflow import CAPACITY_RETRIES, ENDED, capacity_wait_seconds, next_poll_seconds, restart_wait_seconds, summary
 
 
@@ -38,12 +38,10 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     elapsed = (datetime.now(UTC) - _started(event)).total_seconds()
     answer.update(after_job(description, result, policy, attempts, elapsed, CAPACITY_RETRIES))
     if answer["restart"]:
-        done = sum(1 for attempt in attempts if attempt["decision"].startswith(RESTART))
-        answer["retry_wait_seconds"] = restart_wait_seconds(done, env.first_poll_seconds)
+        answer["retry_wait_seconds"] = restart_wait_seconds(decided(attempts, RESTART), env.first_poll_seconds)
     elif answer["retry"]:
-        done = sum(1 for attempt in attempts if attempt["decision"].startswith(CAPACITY_RETRY))
         # 5, 10, 20 minutes; local mode scales it with its shortened poll interval
-        answer["retry_wait_seconds"] = capacity_wait_seconds(done, env.first_poll_seconds * 5)
+        answer["retry_wait_seconds"] = capacity_wait_seconds(decided(attempts, CAPACITY_RETRY), env.first_poll_seconds * 5)
     return answer
 
 

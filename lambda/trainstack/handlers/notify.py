@@ -20,7 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from trainstack.billing import cost_basis
 from trainstack.errors import SpecInvalidError
 from trainstack.handlers.environment import client, environment
-from trainstack.restarts import RESTART
+from trainstack.restarts import RESTART, decided
 from trainstack.run_report import execution_link, job_links, metric_lines
 from trainstack.workflow import COMPLETED, FAILED, NOT_STARTED, REJECTED, UNWATCHED, notification_subject
 
@@ -89,7 +89,7 @@ def _trial(result: dict[str, Any]) -> dict[str, Any]:
         "final_metrics": result.get("final_metrics", {}),
         # every attempt: why it ended, whose failure, restart or not, the step resumed from, steps lost
         "attempts": attempts,
-        "restarts": sum(1 for attempt in attempts if attempt["decision"].startswith(RESTART)),
+        "restarts": decided(attempts, RESTART),
         "steps_lost": sum(attempt["steps_lost"] for attempt in attempts),
     }
 
