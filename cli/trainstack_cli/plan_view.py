@@ -80,10 +80,27 @@ def _option_table(option: dict[str, Any]) -> Table:
         f"(spot {_usd(money['expected_spot'])}); worst case {_usd(money['worst_case'])} (spot {_usd(money['worst_case_spot'])}) "
         f"= {money['billable_hours_per_job']:g} h x {money['jobs_per_trial']} jobs x {money['trials']} trial(s)",
     )
+    if "checkpoint" in option:
+        table.add_row("checkpoint", _checkpoint_line(option["checkpoint"]))
+    for warning in option.get("warnings", []):
+        table.add_row("[yellow]warning[/]", warning)
     if "suggestion" in option:
         suggestion = option["suggestion"]
         table.add_row("cheapest fix", f"{suggestion['change']} ({suggestion['memory_gib']:.1f} GiB per GPU)")
     return table
+
+
+def _checkpoint_line(checkpoint: dict[str, Any]) -> str:
+    share = f"{checkpoint['gib_per_host']:,.1f} GiB on the busiest host"
+    if checkpoint["write_seconds"] is None:
+        return f"{share}; write time unknown: {checkpoint['write_seconds_unknown']}"
+    line = (
+        f"{share}, about {checkpoint['write_seconds']:,.0f} s at gp2's {checkpoint['throughput_mib_per_second']:g} MiB/s "
+        f"({checkpoint['volume_size_gb']} GB volume)"
+    )
+    if checkpoint["exceeds_sigterm_grace"]:
+        return line  # the option's warning says what follows
+    return f"{line}: within SageMaker's {checkpoint['sigterm_grace_seconds']} s SIGTERM grace"
 
 
 def _usd(value: float | None) -> str:

@@ -54,6 +54,7 @@ from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.s3uri import split_s3_uri
 from trainstack.workflow import CAPACITY_FAILURE_MARKERS
 from trainstack_contract import fault_hooks
+from trainstack_contract.sigterm import SIGTERM_GRACE_SECONDS
 from trainstack_local import container, runtimes
 from trainstack_local.event_feed import EventFeed
 from trainstack_local.hosts import Container, JobNetwork, host_names, remove_stale_networks, require_namespaces
@@ -68,7 +69,7 @@ class TwinSettings:
     """What this machine needs the twin to do differently from SageMaker, all stated here."""
 
     gpus_per_host: int = 2  # emulated GPUs per host of a GPU instance type (each a CPU process with gloo)
-    stop_grace_seconds: float = 120.0  # SIGTERM -> SIGKILL, as SageMaker gives a stopping container
+    stop_grace_seconds: float = SIGTERM_GRACE_SECONDS  # SIGTERM -> SIGKILL, as SageMaker gives a stopping container
     spot_capacity_wait_seconds: float = 1.0  # how long an interrupted job waits for spot capacity again
     sync_interval_seconds: float = 0.5  # checkpoint upload period while a job runs
     threads_per_process: int = 1  # OMP_NUM_THREADS in every container: several hosts share 2 cores

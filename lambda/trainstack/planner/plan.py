@@ -17,6 +17,13 @@ from typing import Any
 
 from trainstack.facts import Instance
 from trainstack.instances import CATALOG
+from trainstack.planner.checkpoint import (
+    MIB,
+    NVME_WRITE_TIME_UNKNOWN,
+    SIGTERM_GRACE_SECONDS,
+    CheckpointWrite,
+    checkpoint_write,
+)
 from trainstack.planner.cost import Cost, run_cost
 from trainstack.planner.memory import GIB, MemoryBreakdown, checkpoint_bytes, memory_per_gpu
 from trainstack.planner.parallelism import Layout, layout_of
@@ -55,6 +62,13 @@ class OptionPlan:
     cost: Cost
     suggestion: Change | None
     note: str | None = None  # why nothing was planned (a CPU or Trainium type, a classifier)
+    checkpoint: CheckpointWrite | None = None
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What the plan warns of without refusing the job."""
+        warning = self.checkpoint.warning if self.checkpoint else None
+        return (warning,) if warning else ()
 
     @property
     def fits(self) -> bool:
@@ -144,7 +158,8 @@ def _plan_option(
         run_seconds = pace.step_seconds * workload.steps if workload.steps else None
     cost = run_cost(spec, instance, trial_count, run_seconds)
     suggestion = None if memory.fits else cheapest_change(spec, workload, layout, smp)
-    return OptionPlan(instance.name, field, layout, memory, pace, efficiency, cost, suggestion)
+    checkpoint = checkpoint_write(workload, layout, spec.volume_size_gb)
+    return OptionPlan(instance.name, field, layout, memory, pace, efficiency, cost, suggestion, checkpoint=checkpoint)
 
 
 def cheapest_change(spec: JobSpec, workload: Workload, layout: Layout, smp: dict[str, Any]) -> Change | None:
@@ -291,12 +306,31 @@ def _option_json(option: OptionPlan) -> dict[str, Any]:
         "jobs_per_trial": cost.jobs_per_trial,
         "trials": cost.trials,
     }
+    if option.checkpoint:
+        result["checkpoint"] = _checkpoint_json(option.checkpoint)
+    if option.warnings:
+        result["warnings"] = list(option.warnings)
     if option.suggestion:
         result["suggestion"] = {
             "change": option.suggestion.description,
             "memory_gib": round(option.suggestion.memory.total / GIB, 2),
             "tokens_per_second": round(option.suggestion.speed.tokens_per_second),
         }
+    return result
+
+
+def _checkpoint_json(write: CheckpointWrite) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "gib_per_host": round(write.bytes_per_host / GIB, 2),  # the busiest host's share
+        "storage": "local_nvme" if write.volume_size_gb is None else "gp2",
+        "volume_size_gb": write.volume_size_gb,
+        "throughput_mib_per_second": None if write.throughput is None else write.throughput / MIB,
+        "write_seconds": None if write.seconds is None else round(write.seconds, 1),
+        "sigterm_grace_seconds": SIGTERM_GRACE_SECONDS,
+        "exceeds_sigterm_grace": None if write.seconds is None else write.exceeds_sigterm_grace,
+    }
+    if write.seconds is None:
+        result["write_seconds_unknown"] = NVME_WRITE_TIME_UNKNOWN
     return result
 
 
