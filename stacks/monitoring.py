@@ -17,8 +17,19 @@ from constructs import Construct
 
 from stacks.event_delivery import delivery
 from trainstack.layout import TRAINING_JOB_METRICS_NAMESPACE
-from trainstack.run_report import BILLABLE_METRIC, JOBS_METRIC, METRIC_DIMENSIONS, RUN_METRICS_NAMESPACE
+from trainstack.run_report import (
+    BILLABLE_METRIC,
+    JOBS_METRIC,
+    KIND_DIMENSION,
+    LOST_STEPS_COST_METRIC,
+    METRIC_DIMENSIONS,
+    RESTART_DIMENSIONS,
+    RESTARTS_METRIC,
+    RUN_METRICS_NAMESPACE,
+    STEPS_LOST_METRIC,
+)
 from trainstack_contract.job_names import training_job_name_prefix
+from trainstack_contract.metric_lines import LOSS, MFU, TOKENS_PER_SEC
 
 ALARM_PERIOD = Duration.minutes(5)
 
@@ -90,8 +101,9 @@ class TrainingMonitoring(Construct):
         )
 
     def dashboard(self, state_machine: sfn.IStateMachine) -> cloudwatch.Dashboard:
-        """One page per stack: runs and jobs by status, billed instance-hours, the training metrics
-        the jobs' MetricDefinitions publish, and SageMaker's instance utilization per host."""
+        """One page per stack: runs and jobs by status, billed instance-hours, restarts by the kind of
+        failure they followed with the steps and cost they lost, the training metrics the jobs'
+        MetricDefinitions publish, and SageMaker's instance utilization per host."""
         hourly = Duration.hours(1)
         executions = [
             metric.with_(statistic="Sum", period=hourly, label=label)
@@ -104,6 +116,8 @@ class TrainingMonitoring(Construct):
             )
         ]
         run_metric = f'{{{RUN_METRICS_NAMESPACE},{",".join(METRIC_DIMENSIONS)}}} Prefix="{self.name_prefix}"'
+        restart_metric = f'{{{RUN_METRICS_NAMESPACE},{",".join(RESTART_DIMENSIONS)}}} Prefix="{self.name_prefix}"'
+        kind = f"${{PROP('Dim.{KIND_DIMENSION}')}}"  # a dynamic label: each line names its kind of failure
         training = f"{{{TRAINING_JOB_METRICS_NAMESPACE},Host}} {self.name_prefix}"  # SageMaker's Host: <job>/algo-N
         widgets = [
             [
@@ -114,8 +128,25 @@ class TrainingMonitoring(Construct):
                 ),
             ],
             [
+                cloudwatch.GraphWidget(
+                    title="Restarts by cause",
+                    left=[_search(f'{restart_metric} MetricName="{RESTARTS_METRIC}"', "Sum", hourly, label=kind)],
+                    width=12,
+                ),
+                cloudwatch.GraphWidget(
+                    title="Steps lost / cost of lost steps",
+                    left=[_search(f'{restart_metric} MetricName="{STEPS_LOST_METRIC}"', "Sum", hourly, label=f"steps: {kind}")],
+                    right=[
+                        _search(f'{restart_metric} MetricName="{LOST_STEPS_COST_METRIC}"', "Sum", hourly, label=f"USD: {kind}")
+                    ],
+                    left_y_axis=cloudwatch.YAxisProps(label="steps", show_units=False),
+                    right_y_axis=cloudwatch.YAxisProps(label="USD", show_units=False),
+                    width=12,
+                ),
+            ],
+            [
                 _search_graph(f"{title} per host", f'{training} MetricName="{name}"', "Average", Duration.minutes(5))
-                for title, name in (("Loss", "train:loss"), ("Tokens/s", "train:tokens_per_sec"), ("MFU", "train:mfu"))
+                for title, name in (("Loss", LOSS), ("Tokens/s", TOKENS_PER_SEC), ("MFU", MFU))
             ],
             [
                 _search_graph(f"{name} per host", f'{training} MetricName="{name}"', "Average", Duration.minutes(5))
@@ -125,11 +156,13 @@ class TrainingMonitoring(Construct):
         return cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{self.name_prefix}-training", widgets=widgets)
 
 
-def _search_graph(title: str, search: str, statistic: str, period: Duration, scale: float = 1.0) -> cloudwatch.GraphWidget:
-    """A graph of every metric a CloudWatch SEARCH finds: one line per job, host or status."""
+def _search(search: str, statistic: str, period: Duration, *, scale: float = 1.0, label: str = "") -> cloudwatch.MathExpression:
+    """Every metric a CloudWatch SEARCH finds: one line per job, host, status or kind."""
     expression = f"SEARCH('{search}', '{statistic}', {int(period.to_seconds())})"
     if scale != 1.0:
         expression = f"{expression} * {scale!r}"
-    return cloudwatch.GraphWidget(
-        title=title, left=[cloudwatch.MathExpression(expression=expression, using_metrics={}, label="", period=period)], width=8
-    )
+    return cloudwatch.MathExpression(expression=expression, using_metrics={}, label=label, period=period)
+
+
+def _search_graph(title: str, search: str, statistic: str, period: Duration, scale: float = 1.0) -> cloudwatch.GraphWidget:
+    return cloudwatch.GraphWidget(title=title, left=[_search(search, statistic, period, scale=scale)], width=8)

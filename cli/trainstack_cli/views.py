@@ -12,6 +12,7 @@ from rich.text import Text
 from trainstack.billing import cost_basis
 from trainstack.run_report import job_links
 from trainstack_cli.runs import RunView, TrialView
+from trainstack_contract.metric_lines import CHECKPOINT_STEP, LOSS, STEP, TOKENS_PER_SEC
 
 STATUS_STYLES = {
     "SUCCEEDED": "green",
@@ -87,9 +88,9 @@ def status_view(run: RunView) -> RenderableType:
             trial.job_name,
             Text.assemble(_styled(trial.status), f" ({trial.secondary_status})"),
             f"{trial.instance_count} x {trial.instance_type}",
-            _metric(trial, "train:step", "{:.0f}"),
-            _metric(trial, "train:loss", "{:.4f}"),
-            _metric(trial, "train:tokens_per_sec", "{:,.0f}"),
+            _metric(trial, STEP, "{:.0f}"),
+            _metric(trial, LOSS, "{:.4f}"),
+            _metric(trial, TOKENS_PER_SEC, "{:,.0f}"),
             str(trial.billable_seconds * trial.instance_count),
             usd(trial.cost_usd),
         )
@@ -102,7 +103,7 @@ def status_view(run: RunView) -> RenderableType:
         if trial.failure_reason:
             parts.append(Text(f"{trial.job_name}: {trial.failure_reason}", style="red"))
         if trial.failure:
-            saved = _metric(trial, "train:checkpoint_step", "{:.0f}")
+            saved = _metric(trial, CHECKPOINT_STEP, "{:.0f}")
             parts.append(
                 Text(f"{trial.job_name}: {trial.failure} failure; newest checkpoint step {saved}, {trial.steps_lost} steps lost")
             )
@@ -135,8 +136,8 @@ def live_line(run: RunView) -> Text:
     return Text.assemble(
         _styled(run.status),
         f"  {run.position}  {trial.job_name} {trial.status}/{trial.secondary_status}",
-        f"  step {_metric(trial, 'train:step', '{:.0f}')}  loss {_metric(trial, 'train:loss', '{:.4f}')}",
-        f"  tokens/s {_metric(trial, 'train:tokens_per_sec', '{:,.0f}')}  {duration(run.duration_seconds)}",
+        f"  step {_metric(trial, STEP, '{:.0f}')}  loss {_metric(trial, LOSS, '{:.4f}')}",
+        f"  tokens/s {_metric(trial, TOKENS_PER_SEC, '{:,.0f}')}  {duration(run.duration_seconds)}",
     )
 
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainstack.failures import CAPACITY, Failure, classify, failure_text
+from trainstack_contract.metric_lines import CHECKPOINT_STEP, STEP
 
-STEP_METRIC = "train:step"
-CHECKPOINT_METRIC = "train:checkpoint_step"
 RESTART = "restart"
 REASON_CHARS = 300
 CAPACITY_RETRY = "capacity retry"
+SPOT_INTERRUPTION = "spot interruption"  # the kind SageMaker's own restarts of an interrupted spot job count under
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,49 @@ def decided(attempts: list[dict[str, Any]], decision: str) -> int:
     return sum(1 for attempt in attempts if attempt["decision"].startswith(decision))
 
 
+@dataclass(frozen=True)
+class RestartsOfAKind:
+    """A trial's restarts after one kind of failure, the steps they trained again and what those
+    cost; None where that is not known."""
+
+    restarts: int
+    steps_lost: int | None
+    lost_usd: float | None
+
+
+def restarts_by_kind(attempts: list[dict[str, Any]]) -> dict[str, RestartsOfAKind]:
+    """Each time a trial's training started over, by the kind of failure it followed. An attempt
+    restarted after its failure counts under the failure's kind (infrastructure, unknown) with its
+    lost steps and their cost (unknown where its instance type has no price). Each spot interruption
+    inside an attempt counts under SPOT_INTERRUPTION with its losses unknown: SageMaker resumed it
+    inside the same job, whose final metrics do not say from which step. A capacity retry is not a
+    restart: the job never had instances, so nothing trained and nothing was lost."""
+    restarted: dict[str, list[dict[str, Any]]] = {}
+    for attempt in attempts:
+        if attempt["decision"].startswith(RESTART):
+            restarted.setdefault(attempt["kind"], []).append(attempt)
+    kinds = {
+        kind: RestartsOfAKind(
+            restarts=len(ended),
+            steps_lost=sum(attempt["steps_lost"] for attempt in ended),
+            lost_usd=total_usd([attempt["lost_usd"] for attempt in ended]),
+        )
+        for kind, ended in restarted.items()
+    }
+    if interruptions := sum(attempt["spot_interruptions"] for attempt in attempts):
+        kinds[SPOT_INTERRUPTION] = RestartsOfAKind(restarts=interruptions, steps_lost=None, lost_usd=None)
+    return kinds
+
+
+def total_usd(costs: list[float | None]) -> float | None:
+    """The sum of costs; unknown (None) where any of them is."""
+    return None if None in costs else round(sum(costs), 4)
+
+
 def progress_at_end(metrics: dict[str, float]) -> tuple[int, int, int]:
     """From a job's final metrics: the step it trained to, its newest complete checkpoint (where the
     next attempt resumes) and the steps between them (trained again by that attempt)."""
-    trained, checkpoint = int(metrics.get(STEP_METRIC, 0)), int(metrics.get(CHECKPOINT_METRIC, 0))
+    trained, checkpoint = int(metrics.get(STEP, 0)), int(metrics.get(CHECKPOINT_STEP, 0))
     return trained, checkpoint, max(0, trained - checkpoint)
 
 

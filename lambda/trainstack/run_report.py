@@ -10,11 +10,19 @@ from typing import Any
 from urllib.parse import quote
 
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
+from trainstack.restarts import restarts_by_kind
 
 RUN_METRICS_NAMESPACE = "trainstack"
 JOBS_METRIC = "TrainingJobs"  # one per training job that ended, by Status
 BILLABLE_METRIC = "BillableInstanceSeconds"
 METRIC_DIMENSIONS = ("Prefix", "Status")
+# A trial's restarts by failure kind (restarts.restarts_by_kind): per stack and kind, never per run
+# or job, so the metrics stay a handful (each is billed in a month it gets data)
+RESTARTS_METRIC = "Restarts"
+STEPS_LOST_METRIC = "StepsLost"  # trained again after a restart: trained after the newest checkpoint
+LOST_STEPS_COST_METRIC = "LostStepsCostUSD"  # those steps' share of what their attempt billed
+KIND_DIMENSION = "FailureKind"  # infrastructure, unknown or restarts.SPOT_INTERRUPTION
+RESTART_DIMENSIONS = ("Prefix", KIND_DIMENSION)
 
 _CONSOLES = {  # the console's host per partition
     "aws": "https://{region}.console.aws.amazon.com",
@@ -45,27 +53,52 @@ def job_links(execution_arn: str, job_name: str) -> dict[str, str]:
 
 
 def metric_lines(trials: list[dict[str, Any]], prefix: str, timestamp_ms: int) -> list[str]:
-    """One embedded-metric-format line per trial that reached SageMaker: a count by status and the
-    instance-seconds it was billed."""
+    """Embedded-metric-format lines for each trial that reached SageMaker: one with a count by status
+    and the instance-seconds it was billed, and one per kind of failure its restarts followed
+    (restarts.restarts_by_kind) with their count and, where known, the steps they lost and what
+    those cost."""
     lines = []
     for trial in trials:
         if not trial.get("job_name"):
             continue
-        document = {
-            "_aws": {
-                "Timestamp": timestamp_ms,
-                "CloudWatchMetrics": [
-                    {
-                        "Namespace": RUN_METRICS_NAMESPACE,
-                        "Dimensions": [list(METRIC_DIMENSIONS)],
-                        "Metrics": [{"Name": JOBS_METRIC, "Unit": "Count"}, {"Name": BILLABLE_METRIC, "Unit": "Seconds"}],
-                    }
-                ],
-            },
-            "Prefix": prefix,
-            "Status": trial["status"],
-            JOBS_METRIC: 1,
-            BILLABLE_METRIC: trial.get("billable_seconds", 0) * trial.get("instance_count", 1),
-        }
-        lines.append(json.dumps(document, separators=(",", ":")))
+        billed = trial.get("billable_seconds", 0) * trial.get("instance_count", 1)
+        lines.append(
+            _document(
+                timestamp_ms,
+                dict(zip(METRIC_DIMENSIONS, (prefix, trial["status"]), strict=True)),
+                {JOBS_METRIC: (1, "Count"), BILLABLE_METRIC: (billed, "Seconds")},
+            )
+        )
+        # A trial without restarts adds no line, not a zero: a zero would need a kind to be filed
+        # under, and each metric that gets data is billed for that month; a Sum graph reads no data as none.
+        for kind, restarts in restarts_by_kind(trial.get("attempts", [])).items():
+            measured = {
+                RESTARTS_METRIC: (restarts.restarts, "Count"),
+                STEPS_LOST_METRIC: (restarts.steps_lost, "Count"),
+                LOST_STEPS_COST_METRIC: (restarts.lost_usd, "None"),  # CloudWatch has no currency unit
+            }
+            # an unknown is left out: reported as zero it would read as nothing lost
+            known = {name: (value, unit) for name, (value, unit) in measured.items() if value is not None}
+            lines.append(_document(timestamp_ms, dict(zip(RESTART_DIMENSIONS, (prefix, kind), strict=True)), known))
     return lines
+
+
+def _document(timestamp_ms: int, dimensions: dict[str, str], metrics: dict[str, tuple[float, str]]) -> str:
+    """One EMF line: the dimensions' and metrics' values at the top level, where CloudWatch reads
+    them, and the metrics declared with their dimension set (CloudWatch extracts only what is
+    declared)."""
+    document = {
+        "_aws": {
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [
+                {
+                    "Namespace": RUN_METRICS_NAMESPACE,
+                    "Dimensions": [list(dimensions)],
+                    "Metrics": [{"Name": name, "Unit": unit} for name, (_, unit) in metrics.items()],
+                }
+            ],
+        },
+        **dimensions,
+        **{name: value for name, (value, _) in metrics.items()},
+    }
+    return json.dumps(document, separators=(",", ":"))

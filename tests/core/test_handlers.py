@@ -371,3 +371,12 @@ def test_a_late_stop_of_a_stopped_run_leaves_the_jobs_of_the_run_that_resumed_it
     stubbed["sagemaker"].add_response("stop_training_job", {}, {"TrainingJobName": names[1]})
     resume_event = {"detail": {"input": json.dumps({**first, "resume": True}), "name": "nightly-resume-1", "status": "FAILED"}}
     assert stop.handler(resume_event)["stopped"] == [names[1]]  # and the resumed run stops only its own
+
+
+def test_notify_prints_a_restarted_trials_restarts_for_the_dashboard(stubbed, capsys):
+    restarted = _describe_failed(stubbed, "AlgorithmError: rank 1: StepTimeout: no optimizer step completed for 312 s", [])
+    stubbed["sns"].add_response("publish", {"MessageId": "1"})
+    notify.handler({"results": [restarted]})
+    lines = [json.loads(text) for text in capsys.readouterr().out.splitlines()]
+    (restarts,) = [line for line in lines if "FailureKind" in line]
+    assert (restarts["Prefix"], restarts["FailureKind"], restarts["Restarts"]) == ("trainstack", "infrastructure", 1)

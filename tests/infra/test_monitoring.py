@@ -59,17 +59,43 @@ def test_the_dashboard_shows_runs_by_status_from_the_state_machines_own_metrics(
     assert {line[3] for line in lines} == {machine}
 
 
+def _expressions_by_title(stack) -> dict[str, str]:
+    """Each widget's math expressions, joined, by the widget's title."""
+    return {
+        w["properties"]["title"]: " ".join(
+            line[0]["expression"] for line in w["properties"]["metrics"] if "expression" in line[0]
+        )
+        for w in json.loads(_dashboard_text(stack))["widgets"]
+    }
+
+
+def _finds_every_declared_metric(expressions: str, line: str) -> bool:
+    """Whether the expressions SEARCH for every metric an EMF line declares, under its dimension set."""
+    (declared,) = json.loads(line)["_aws"]["CloudWatchMetrics"]
+    schema = f"{{{declared['Namespace']},{','.join(declared['Dimensions'][0])}}}"
+    return all(f'{schema} Prefix="trainstack" MetricName="{m["Name"]}"' in expressions for m in declared["Metrics"])
+
+
 def test_the_dashboard_counts_ended_jobs_from_the_metric_lines_notify_prints(default_stack):
-    expressions = " ".join(
-        line[0]["expression"]
-        for w in json.loads(_dashboard_text(default_stack))["widgets"]
-        for line in w["properties"]["metrics"]
-        if "expression" in line[0]
-    )
-    line = json.loads(run_report.metric_lines([{"job_name": "j", "status": "Failed"}], "trainstack", 0)[0])
-    (declared,) = line["_aws"]["CloudWatchMetrics"]
-    assert f"{{{declared['Namespace']},{','.join(declared['Dimensions'][0])}}}" in expressions
-    assert all(f'MetricName="{m["Name"]}"' in expressions for m in declared["Metrics"])
+    expressions = " ".join(_expressions_by_title(default_stack).values())
+    (line,) = run_report.metric_lines([{"job_name": "j", "status": "Failed"}], "trainstack", 0)
+    assert _finds_every_declared_metric(expressions, line)
+
+
+def test_the_dashboard_graphs_restarts_by_cause_and_their_lost_steps_and_cost_from_notifys_lines(default_stack):
+    by_title = _expressions_by_title(default_stack)
+    restarted = {
+        "decision": "restart 1 of 3",
+        "kind": "infrastructure",
+        "steps_lost": 30,
+        "lost_usd": 2.0,
+        "spot_interruptions": 0,
+    }
+    trial = {"job_name": "j", "status": "Completed", "attempts": [restarted]}
+    _, line = run_report.metric_lines([trial], "trainstack", 0)
+    restarts = f'MetricName="{run_report.RESTARTS_METRIC}"'
+    assert restarts in by_title["Restarts by cause"] and restarts not in by_title["Steps lost / cost of lost steps"]
+    assert _finds_every_declared_metric(by_title["Restarts by cause"] + by_title["Steps lost / cost of lost steps"], line)
 
 
 def test_the_dashboard_graphs_what_the_jobs_metric_definitions_publish_and_gpu_utilization(default_stack):

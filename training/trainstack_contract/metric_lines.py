@@ -37,18 +37,25 @@ FORMATS = {
 # line (no key is a suffix of another after " "), so no word boundaries are needed.
 NUMBER = r"([0-9.eE+-]+)"
 
+# The names the pipeline, the CLI and the dashboard read back.
+STEP = "train:step"
+LOSS = "train:loss"
+TOKENS_PER_SEC = "train:tokens_per_sec"
+MFU = "train:mfu"
+CHECKPOINT_STEP = "train:checkpoint_step"
+
 METRICS = {
-    "train:step": r"step=([0-9]+) loss=",  # progress: what `trainstack status` and the dashboard show
-    "train:loss": rf"step=[0-9]+ loss={NUMBER}",
+    STEP: r"step=([0-9]+) loss=",  # progress: what `trainstack status` and the dashboard show
+    LOSS: rf"step=[0-9]+ loss={NUMBER}",
     "train:learning_rate": rf" lr={NUMBER}",
     "train:grad_norm": rf" grad_norm={NUMBER}",
-    "train:tokens_per_sec": rf" tokens_per_sec={NUMBER}",
+    TOKENS_PER_SEC: rf" tokens_per_sec={NUMBER}",
     "train:samples_per_sec": rf" samples_per_sec={NUMBER}",
     "train:step_time": rf" step_time={NUMBER}",
-    "train:mfu": rf" mfu={NUMBER}",
+    MFU: rf" mfu={NUMBER}",
     "train:grad_norm_layer_min": rf" grad_norm_layer_min={NUMBER}",
     "train:grad_norm_layer_max": rf" grad_norm_layer_max={NUMBER}",
-    "train:checkpoint_step": r"checkpoint step=([0-9]+)",  # the newest complete checkpoint
+    CHECKPOINT_STEP: r"checkpoint step=([0-9]+)",  # the newest complete checkpoint
     # A health rule's warning line publishes the step it tripped at.
     **{f"health:{rule}": rf"health rule={rule} step=([0-9]+)" for rule in RULES},
 }

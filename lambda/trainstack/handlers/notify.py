@@ -2,7 +2,8 @@
 trial's status, failure reason, final metrics, duration, billable seconds, cost, model URI, and the
 account of its attempts (restarts, their reasons, the steps each resumed from and lost); links to
 the execution, each job and its logs), and the run's overall outcome for the state machine's final
-Choice. Each ended job is also counted on the stack's dashboard (run_report.metric_lines).
+Choice. Each ended job, and each trial's restarts by cause with the steps and cost they lost, are
+also counted on the stack's dashboard (run_report.metric_lines).
 
 The outcome never depends on the message: a Publish that fails is logged and reported beside the
 outcome (`notified: false`), so an SNS problem cannot replace the run's real reason.
@@ -20,7 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from trainstack.billing import cost_basis
 from trainstack.errors import SpecInvalidError
 from trainstack.handlers.environment import client, environment
-from trainstack.restarts import RESTART, decided
+from trainstack.restarts import RESTART, decided, total_usd
 from trainstack.run_report import execution_link, job_links, metric_lines
 from trainstack.workflow import COMPLETED, FAILED, NOT_STARTED, REJECTED, UNWATCHED, notification_subject
 
@@ -37,8 +38,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         for trial in outcome["trials"]:
             if trial["job_name"]:
                 trial["links"] = job_links(execution, trial["job_name"])
-    costs = [t.get("cost_usd") for t in outcome["trials"] if "cost_usd" in t]
-    outcome["cost_usd"] = None if None in costs else round(sum(costs), 4)
+    outcome["cost_usd"] = total_usd([t["cost_usd"] for t in outcome["trials"] if "cost_usd" in t])
     outcome["cost_basis"] = cost_basis()
     for line in metric_lines(outcome["trials"], environment().stack.name_prefix, int(time.time() * 1000)):
         print(line, flush=True)  # Lambda's log delivery extracts the metrics
@@ -85,7 +85,7 @@ def _trial(result: dict[str, Any]) -> dict[str, Any]:
         "billable_seconds": result.get("billable_seconds", 0),
         "instance_type": result.get("instance_type", ""),
         "instance_count": result.get("instance_count", 1),
-        "cost_usd": _cost_across(attempts) if attempts else result.get("cost_usd"),
+        "cost_usd": total_usd([attempt["cost_usd"] for attempt in attempts]) if attempts else result.get("cost_usd"),
         "final_metrics": result.get("final_metrics", {}),
         # every attempt: why it ended, whose failure, restart or not, the step resumed from, steps lost
         "attempts": attempts,
@@ -100,11 +100,6 @@ def _reason_across(attempts: list[dict[str, Any]]) -> str:
         f"attempt {number} ({attempt['kind'] or 'no'} failure, {attempt['cause'] or attempt['status']}): {attempt['reason']}"
         for number, attempt in enumerate(attempts, start=1)
     )
-
-
-def _cost_across(attempts: list[dict[str, Any]]) -> float | None:
-    costs = [attempt["cost_usd"] for attempt in attempts]
-    return None if None in costs else round(sum(costs), 4)
 
 
 def _reason(error: dict[str, Any]) -> str:
