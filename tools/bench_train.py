@@ -10,12 +10,15 @@ health rule off, for the rules' own overhead. Runs alternate, and the order rota
 the machine hits both; each run's first interval is warm-up and dropped; medians are reported, and
 the ratio of each repeat's runs (paired: the three ran back to back) with a distribution-free 95%
 interval for its median, which is what resolves a small overhead from this machine's noise.
-Also reports the time to save a DCP checkpoint as a multiple of one training step.
+Also reports what one DCP checkpoint stalls the step loop, synchronous against asynchronous saves,
+and that stall's share of training time at a 30-minute checkpoint_interval (`--checkpoint-only`: just that).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import re
@@ -25,9 +28,11 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+INTERVAL_SECONDS = 1800  # the checkpoint_interval the stall is compared with
 sys.path.insert(0, str(ROOT / "training"))
 
 import torch  # noqa: E402
@@ -81,29 +86,69 @@ def bare_worker(model_name: str, steps: int, interval: int, micro_batch: int) ->
         print(f"tokens_per_sec={rate:.1f}")
 
 
-def checkpoint_cost(model_name: str, micro_batch: int, workdir: Path) -> tuple[float, float]:
+@dataclass(frozen=True)
+class CheckpointCost:
+    step_seconds: float  # one training step, no checkpoint near
+    blocked_seconds: dict[str, float]  # the save call itself, by mode: the loop waits for nothing else
+    slowed_seconds: dict[str, float]  # what the steps after it took beyond their time alone (a background write's share)
+    save_seconds: dict[str, float]  # from the start of a save to its manifest, by mode
+
+
+def checkpoint_cost(model_name: str, micro_batch: int, workdir: Path, repeats: int, steps: int) -> CheckpointCost:
+    """What one checkpoint costs the step loop, synchronous against asynchronous (DCP's async_save):
+    the save call (for the asynchronous one, the copy to host memory), and how much longer the next
+    `steps` training steps took than `steps` steps alone (the background write competes for the same
+    cores). Alternating, medians."""
     context = DistContext(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"), backend="gloo")
     model = build_model(model_name)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     seq_len = GPT_SIZES[model_name].block_size
     batch = torch.randint(0, GPT_SIZES[model_name].vocab_size, (micro_batch, seq_len + 1))
-    step_times, save_times = [], []
-    for _ in range(5):
+
+    def train(count: int) -> float:
         start = time.perf_counter()
-        model(batch[:, :-1], batch[:, 1:]).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step_times.append(time.perf_counter() - start)
-    checkpointer = Checkpointer(workdir / "bench-ckpt", keep=1, context=context)
-    with warnings.catch_warnings():
+        for _ in range(count):
+            model(batch[:, :-1], batch[:, 1:]).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+    train(3)  # warm-up: allocator, AdamW state
+    modes = ("synchronous", "asynchronous")
+    checkpointers = {
+        mode: Checkpointer(workdir / f"bench-{mode}", keep=1, context=context, asynchronous=mode == "asynchronous")
+        for mode in modes
+    }
+    alone: list[float] = []
+    blocked: dict[str, list[float]] = {mode: [] for mode in modes}
+    after: dict[str, list[float]] = {mode: [] for mode in modes}
+    saves: dict[str, list[float]] = {mode: [] for mode in modes}
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):  # the saves' metric lines
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        for step in range(1, 6):
-            state = TrainingState(model, optimizer, scheduler, Progress(step=step))
-            start = time.perf_counter()
-            checkpointer.save(state)
-            save_times.append(time.perf_counter() - start)
-    return statistics.median(step_times), statistics.median(save_times)
+        for repeat in range(repeats + 1):  # the first round warms up DCP and the writer thread, and is dropped
+            kept = repeat > 0
+            time_alone = train(steps)
+            if kept:
+                alone.append(time_alone)
+            for mode, checkpointer in checkpointers.items():
+                state = TrainingState(model, optimizer, scheduler, Progress(step=repeat))
+                start = time.perf_counter()
+                checkpointer.save(state, wait=False)
+                call = time.perf_counter() - start
+                time_after = train(steps)
+                checkpointer.wait()
+                if kept:
+                    blocked[mode].append(call)
+                    after[mode].append(time_after)
+                    saves[mode].append(checkpointer.last_save_seconds or 0.0)
+    baseline = statistics.median(alone)
+    return CheckpointCost(
+        step_seconds=baseline / steps,
+        blocked_seconds={mode: statistics.median(values) for mode, values in blocked.items()},
+        slowed_seconds={mode: statistics.median(values) - baseline for mode, values in after.items()},
+        save_seconds={mode: statistics.median(values) for mode, values in saves.items()},
+    )
 
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
@@ -126,7 +171,16 @@ def main() -> int:
     parser.add_argument("--micro_batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=6, help="a multiple of 3: each side runs first, second and third alike")
     parser.add_argument("--bare-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--checkpoint-only", action="store_true", help="only the checkpoint stall, sync against async")
+    parser.add_argument("--checkpoint-repeats", type=int, default=7, help="saves of each kind (medians)")
+    parser.add_argument("--checkpoint-steps", type=int, default=10, help="training steps timed after each save")
     args = parser.parse_args()
+    if args.checkpoint_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"model {args.model}, micro batch {args.micro_batch}, CPU threads {torch.get_num_threads()}")
+            cost = checkpoint_cost(args.model, args.micro_batch, Path(tmp), args.checkpoint_repeats, args.checkpoint_steps)
+            print_checkpoint_cost(cost, args.checkpoint_steps)
+        return 0
     if args.bare_worker:
         bare_worker(args.model, args.steps, args.interval, args.micro_batch)
         return 0
@@ -152,7 +206,7 @@ def main() -> int:
         for repeat in range(args.repeats):  # each side takes each place in the order equally often
             for kind in order[repeat % 3 :] + order[: repeat % 3]:
                 side(kind, repeat)
-        step_time, save_time = checkpoint_cost(args.model, args.micro_batch, Path(tmp))
+        cost = checkpoint_cost(args.model, args.micro_batch, Path(tmp), args.checkpoint_repeats, args.checkpoint_steps)
     ours_median, bare_median = statistics.median(ours_rates), statistics.median(bare_rates)
     runs = f"{args.steps} steps x {args.repeats} alternating runs"
     print(f"model {args.model}, micro batch {args.micro_batch}, {runs}, CPU threads {torch.get_num_threads()} per process")
@@ -171,9 +225,20 @@ def main() -> int:
             f"{other}, paired by repeat: median {statistics.median(paired):.3f}, "
             f"95% interval of the median {low:.3f}..{high:.3f} ({len(paired)} repeats)"
         )
-    step = f"one training step ({step_time * 1000:.1f} ms)"
-    print(f"checkpoint save {save_time * 1000:.1f} ms = {save_time / step_time:.2f} x {step}, medians of 5")
+    print_checkpoint_cost(cost, args.checkpoint_steps)
     return 0
+
+
+def print_checkpoint_cost(cost: CheckpointCost, steps: int) -> None:
+    print(f"one checkpoint against one training step ({cost.step_seconds * 1000:.1f} ms); medians:")
+    for mode, blocked in cost.blocked_seconds.items():
+        slowed = cost.slowed_seconds[mode]
+        share = (blocked + max(slowed, 0.0)) / INTERVAL_SECONDS
+        print(
+            f"  {mode:<13} save call {blocked * 1000:8.1f} ms ({blocked / cost.step_seconds:5.2f} steps), "
+            f"next {steps} steps {slowed * 1000:+8.1f} ms, save to manifest {cost.save_seconds[mode] * 1000:8.1f} ms; "
+            f"{100 * share:.4f}% of training time at checkpoint_interval {INTERVAL_SECONDS // 60} min"
+        )
 
 
 if __name__ == "__main__":

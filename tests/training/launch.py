@@ -64,9 +64,11 @@ def trajectory(result: subprocess.CompletedProcess[str]) -> list[float]:
     return [by_step[step] for step in sorted(by_step)]
 
 
-def sigkill_at_step(args: list[str], step: int, nproc: int = 2, bin_dir: Path = BIN) -> None:
-    """Start a job and SIGKILL it and every worker once it logs `step`: no handler runs anywhere,
-    like a reclaimed instance."""
+def sigkill_at_step(args: list[str], step: int, nproc: int = 2, bin_dir: Path = BIN, *, after_checkpoint: int = 0) -> int:
+    """Start a job and SIGKILL it and every worker once it logs `step` (or a later one) and, when
+    given, `checkpoint step=<after_checkpoint>`: saves are asynchronous, so a checkpoint is complete
+    only when that line comes, some steps after the save began. No handler runs anywhere, like a
+    reclaimed instance. Returns the step it was killed at."""
     process = subprocess.Popen(
         command(args, nproc, bin_dir),
         env=environment(bin_dir),
@@ -75,11 +77,23 @@ def sigkill_at_step(args: list[str], step: int, nproc: int = 2, bin_dir: Path = 
         text=True,
         start_new_session=True,
     )
+    checkpointed = not after_checkpoint
     for line in process.stdout:
-        if line.startswith(f"step={step} "):
+        checkpointed = checkpointed or line.strip() == f"checkpoint step={after_checkpoint}"
+        if checkpointed and (logged := STEP_LINE.match(line.strip())) and int(logged[1]) >= step:
             kill_tree(process.pid)
-            break
+            process.wait(timeout=60)
+            return int(logged[1])
     process.wait(timeout=60)
+    raise AssertionError(f"the job ended (exit {process.returncode}) before step {step} and checkpoint {after_checkpoint}")
+
+
+def newest_complete_checkpoint(directory: Path) -> int:
+    """The newest step whose checkpoint has its manifest (0: none), as a resume chooses on one host."""
+    return max(
+        (int(path.name.removeprefix("step_")) for path in directory.glob("step_*") if (path / "manifest.json").is_file()),
+        default=0,
+    )
 
 
 def job_args(tmp: Path, *extra: str, steps: int = 12) -> list[str]:

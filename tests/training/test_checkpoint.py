@@ -121,3 +121,77 @@ def test_the_plans_checkpoint_size_is_what_a_save_writes(tmp_path):
     # of the difference at gpt-tiny's size, nothing at a real model's) and the data position
     items = 4 * workload.architecture.tensors + 1  # parameter, exp_avg, exp_avg_sq, step; the tied head again
     assert planned <= written <= planned + items * 2048 + 64 * 1024
+
+
+@pytest.fixture
+def held_writes(monkeypatch):
+    """DCP's background writes wait until the test releases them: what happens meanwhile is then certain."""
+    import threading
+
+    import torch.distributed.checkpoint as dcp
+
+    release = threading.Event()
+    write_data = dcp.FileSystemWriter.write_data
+
+    def held(self, plan, planner):
+        assert release.wait(timeout=60), "the test never released the write"
+        return write_data(self, plan, planner)
+
+    monkeypatch.setattr(dcp.FileSystemWriter, "write_data", held)
+    return release
+
+
+def test_an_asynchronous_save_writes_the_state_as_it_was_when_the_save_returned(tmp_path, held_writes):
+    checkpointer = Checkpointer(tmp_path, keep=2, context=SINGLE, asynchronous=True)
+    state = _state(step=3)
+    before = [p.detach().clone() for p in state.model.parameters()]
+    checkpointer.save(state, wait=False)
+    with torch.no_grad():
+        for parameter in state.model.parameters():
+            parameter.fill_(99.0)  # the next steps change the weights in place while the write waits
+    held_writes.set()
+    checkpointer.wait()
+    restored = _state(step=0)
+    checkpointer.load(checkpointer.resume_step(), restored)
+    for saved, loaded in zip(before, restored.model.parameters(), strict=True):
+        assert torch.equal(saved, loaded)
+
+
+def test_an_asynchronous_save_counts_only_once_its_manifest_is_written(tmp_path, held_writes):
+    checkpointer = Checkpointer(tmp_path, keep=3, context=SINGLE, asynchronous=True)
+    held_writes.set()
+    checkpointer.save(_state(step=5), wait=False)
+    checkpointer.wait()
+    held_writes.clear()
+    in_flight = checkpointer.save(_state(step=10), wait=False)
+    assert problem(in_flight) is not None  # a kill now resumes from step 5
+    assert checkpointer.resume_step() == 5
+    held_writes.set()
+    checkpointer.wait()
+    assert problem(in_flight) is None
+    assert checkpointer.resume_step() == 10
+    assert checkpointer.last_saved_step == 10
+
+
+def test_a_save_waits_for_the_one_in_flight_before_it_starts(tmp_path, held_writes):
+    checkpointer = Checkpointer(tmp_path, keep=3, context=SINGLE, asynchronous=True)
+    checkpointer.save(_state(step=5), wait=False)
+    held_writes.set()
+    checkpointer.save(_state(step=10))  # synchronous: finishes step 5's save first
+    assert [checkpointer.resume_step(), problem(checkpointer.path(5))] == [10, None]
+
+
+@pytest.mark.parametrize(
+    ("last_save_seconds", "grace_left", "saves"),
+    [
+        (None, 10.0, True),  # no save yet this run: nothing else to rely on
+        (30.0, None, True),  # rank 0 got no signal of its own: the grace is unknown
+        (30.0, 110.0, True),
+        (110.0, 110.0, True),
+        (130.0, 110.0, False),  # would be SIGKILLed mid-write: the last completed checkpoint stands
+    ],
+)
+def test_a_stop_saves_unless_the_last_save_took_longer_than_the_grace_left(last_save_seconds, grace_left, saves):
+    from trainstack_training.trainer import save_fits_grace
+
+    assert save_fits_grace(last_save_seconds, grace_left) is saves

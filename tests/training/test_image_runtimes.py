@@ -19,7 +19,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.training.launch import STEADY_LR, TIMEOUT, environment, job_args, losses, run, sigkill_at_step, trajectory
+from tests.training.launch import (
+    STEADY_LR,
+    TIMEOUT,
+    environment,
+    job_args,
+    losses,
+    newest_complete_checkpoint,
+    run,
+    sigkill_at_step,
+    trajectory,
+)
 from tools.image_runtimes import oldest_and_newest
 from trainstack import facts
 from trainstack.facts import ImageKind
@@ -124,10 +134,11 @@ def test_fsdp2_matches_ddp_on_the_image_runtime(kind, version, reference):
 def test_a_sigkilled_run_resumes_to_the_uninterrupted_weights_on_the_image_runtime(tmp_path, strategy, kind, version, reference):
     runtime = bin_dir(kind, version)
     args = job_args(tmp_path / "interrupted", "--strategy", strategy, *SETTINGS, steps=STEPS)
-    sigkill_at_step(args, 6, bin_dir=runtime)
+    sigkill_at_step(args, 5, bin_dir=runtime, after_checkpoint=4)
+    complete = newest_complete_checkpoint(tmp_path / "interrupted" / "checkpoints")
     resumed = run(args, bin_dir=runtime)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert min(losses(resumed.stdout)) == 5  # continued after the step-4 checkpoint
+    assert complete >= 4 and min(losses(resumed.stdout)) == complete + 1  # continued after the newest complete checkpoint
     expected, actual = weights(reference(strategy, kind, version).model_dir), weights(tmp_path / "interrupted" / "model")
     for name in expected:
         torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=1e-6, msg=name)

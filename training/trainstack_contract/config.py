@@ -74,6 +74,9 @@ class TrainConfig:
     # this much training whatever the step time; rank 0's clock decides, every rank saves at one step.
     checkpoint_interval: float = 0.0
     keep_checkpoints: int = 2
+    # Save in the background (DCP's async_save): the step loop stalls only for the copy to host memory.
+    # Images older than runtime_requirements.ASYNC_CHECKPOINT save synchronously, and the log says so.
+    async_checkpoint: bool = True
     log_every: int = 10
     checkpoint_dir: str = "/opt/ml/checkpoints"
     model_dir: str = field(default_factory=lambda: os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))

@@ -46,6 +46,11 @@ HF_NEEDS = (
     ),
     Need("model hf:", "the pinned transformers needs torch 2.6", torch="2.6"),
 )
+# Optional: an older torch saves checkpoints synchronously, and the script says so once. async_save
+# exists from 2.3, but until 2.7 its staging left CPU tensors uncopied, so a save of a model on the CPU
+# (the twin's, a CPU-offloaded optimizer's state) wrote what the next steps changed (pytorch/pytorch#144657,
+# fixed by #145408).
+ASYNC_CHECKPOINT = Need("async_checkpoint", "DCP's async_save copies CPU tensors before it returns from torch 2.7", torch="2.7")
 # Optional: without it the script writes no TensorBoard files and says so once.
 OPTIONAL_PACKAGES = ("tensorboard",)
 

@@ -19,6 +19,14 @@ completeness can only be judged, after a restore, against a manifest that covers
   the newest step complete on every host and broadcasts it. A host with a partial restore makes
   the whole job fall back to the previous complete checkpoint, and every rank loads the same step.
 - prune: each node's local rank 0 keeps the last `keep` checkpoints of its own copy.
+
+Asynchronous saves (DCP's `async_save`, as torchtitan's `async_mode`): the step loop stalls only while
+DCP copies the state to host memory; the write, the manifest and the prune then go on in a thread of
+this rank, and the next save (or the end of training, or a stop) waits for them first. Until its
+manifest is written the checkpoint does not count, so a job killed meanwhile resumes from the one
+before, exactly as after a kill during a synchronous save. The background's collectives (DCP's plan
+exchange, the listings) run on a gloo group of their own, so that the loop's collectives on the
+default group go on meanwhile and both stay in one order on every rank.
 """
 
 from __future__ import annotations
@@ -28,12 +36,17 @@ import logging
 import os
 import re
 import shutil
+import sys
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
@@ -123,10 +136,17 @@ class TrainingState(Stateful):
 
 
 class Checkpointer:
-    def __init__(self, directory: str | Path, keep: int, context: DistContext) -> None:
+    def __init__(self, directory: str | Path, keep: int, context: DistContext, *, asynchronous: bool = False) -> None:
         self.directory = Path(directory)
         self.keep = keep
         self.context = context
+        self.asynchronous = asynchronous
+        # Every rank creates the group, in the same order as its other groups.
+        self.group = dist.new_group(backend="gloo") if asynchronous and context.is_distributed else None
+        self.pending: Future[None] | None = None
+        # The last save completed by this run: how long from its start to its manifest, and its step.
+        self.last_save_seconds: float | None = None
+        self.last_saved_step = 0
 
     def path(self, step: int) -> Path:
         return self.directory / f"step_{step:08d}"
@@ -144,30 +164,55 @@ class Checkpointer:
             zero1_optimizer.load_state_dict(torch.load(path / ZERO1_OPTIMIZER, weights_only=False))
         return path
 
-    def save(self, state: TrainingState, zero1_optimizer: torch.optim.Optimizer | None = None) -> Path:
+    def save(self, state: TrainingState, zero1_optimizer: torch.optim.Optimizer | None = None, *, wait: bool = True) -> Path:
+        """Checkpoint the current step (every rank takes part). With `wait` false on an asynchronous
+        checkpointer, return once the state is copied to host memory and finish in the background."""
+        self.wait()
         progress = state.progress
         progress.every_data_set = dict(all_gather((progress.data_set, progress.data), self.context))
-        path = self.path(progress.step)
+        path, step, started = self.path(progress.step), progress.step, time.monotonic()
         if self.context.is_node_main:
             # A leftover of this step from an interrupted run would mix old files into the new checkpoint.
             shutil.rmtree(path, ignore_errors=True)
             path.mkdir(parents=True, exist_ok=True)
         barrier(self.context)
-        # storage_writer/storage_reader rather than checkpoint_id: torch 2.2's DCP knows only these.
-        dcp.save({"training": state}, storage_writer=dcp.FileSystemWriter(path))
-        if zero1_optimizer is not None:
+        if zero1_optimizer is not None:  # a collective of the training group: never in the background
             _save_zero1(zero1_optimizer, path, self.context)
-        barrier(self.context)  # every rank's files are written before any node lists them
+        if self.asynchronous and not wait:
+            written = dcp.async_save({"training": state}, storage_writer=dcp.FileSystemWriter(path), process_group=self.group)
+            self.pending = _in_background(lambda: self._complete(path, step, started, written))
+        else:
+            # storage_writer/storage_reader rather than checkpoint_id: torch 2.2's DCP knows only these.
+            dcp.save({"training": state}, storage_writer=dcp.FileSystemWriter(path))
+            self._complete(path, step, started)
+        return path
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until the save in the background, if any, is complete (its manifest written); raises its error,
+        or TimeoutError after `timeout` seconds."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result(timeout)
+
+    def _complete(self, path: Path, step: int, started: float, written: Future[Any] | None = None) -> None:
+        """After every rank's files are written: the manifest on every node, the prune, the metric line."""
+        group = None if written is None else self.group
+        if written is not None:
+            written.result()
+        barrier(self.context, group)  # every rank's files are written before any node lists them
         files: dict[str, int] = {}
-        for listing in all_gather(_listing(path) if self.context.is_node_main else {}, self.context):
+        for listing in all_gather(_listing(path) if self.context.is_node_main else {}, self.context, group):
             files.update(listing)
         if self.context.is_node_main:
             write_manifest(path, files, self.context.node_rank)
-            self._prune(progress.step)
-        barrier(self.context)
+            self._prune(step)
+        barrier(self.context, group)
+        self.last_save_seconds, self.last_saved_step = time.monotonic() - started, step
         if self.context.is_main:
-            print(checkpoint_line(progress.step), flush=True)
-        return path
+            log.info("saved step_%08d in %.1f s", step, self.last_save_seconds)
+            # One write: from the background thread a print's line and newline could part around the loop's lines.
+            sys.stdout.write(checkpoint_line(step) + "\n")
+            sys.stdout.flush()
 
     def _step_dirs(self) -> list[tuple[int, Path]]:
         if not self.directory.is_dir():
@@ -198,6 +243,23 @@ class Checkpointer:
         for step, path in self._step_dirs():
             if step < oldest_kept:
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def _in_background(work: Callable[[], None]) -> Future[None]:
+    """`work` on a daemon thread: a job that fails while a save is in flight exits without waiting for it
+    (its peers may be gone), as a kill during a save would; the missing manifest makes that safe."""
+    future: Future[None] = Future()
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:  # handed to whoever waits for the save
+            future.set_exception(error)
+        else:
+            future.set_result(None)
+
+    threading.Thread(target=run, name="checkpoint-writer", daemon=True).start()
+    return future
 
 
 def _choose(reports: list[dict[str, Any]]) -> int | None:

@@ -253,12 +253,12 @@ class StopVote:
             self.pending = None
 
 
-def all_gather(value: Any, context: DistContext) -> list[Any]:
-    """Every rank's (picklable) value, in rank order, on every rank."""
+def all_gather(value: Any, context: DistContext, group: dist.ProcessGroup | None = None) -> list[Any]:
+    """Every rank's (picklable) value, in rank order, on every rank (over `group`, else the default group)."""
     if not context.is_distributed:
         return [value]
     gathered: list[Any] = [None] * context.world_size
-    dist.all_gather_object(gathered, value)
+    dist.all_gather_object(gathered, value, group=group)
     return gathered
 
 
@@ -271,9 +271,9 @@ def from_main(value: Any, context: DistContext) -> Any:
     return holder[0]
 
 
-def barrier(context: DistContext) -> None:
+def barrier(context: DistContext, group: dist.ProcessGroup | None = None) -> None:
     if context.is_distributed:
-        dist.barrier()
+        dist.barrier(group=group)
 
 
 def shutdown(context: DistContext) -> None:

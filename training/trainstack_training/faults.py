@@ -39,6 +39,7 @@ class StopRequest:
     def __init__(self) -> None:
         self.requested = False
         self.signal_name = ""
+        self.received_at: float | None = None  # time.monotonic() at the signal: SageMaker's grace counts from it
 
     def install(self) -> StopRequest:
         signal.signal(signal.SIGTERM, self._handle)
@@ -47,6 +48,8 @@ class StopRequest:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
         self.signal_name = signal.Signals(signum).name
+        if self.received_at is None:
+            self.received_at = time.monotonic()
 
 
 def write_failure(output_dir: str | Path, reason: str) -> None:

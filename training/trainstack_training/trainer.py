@@ -23,7 +23,8 @@ from trainstack_contract.config import ConfigError, TrainConfig
 from trainstack_contract.health_rules import CHECKPOINT_AND_STOP
 from trainstack_contract.metric_lines import format_line
 from trainstack_contract.model_sizes import GPT_SIZES, is_hf_model, is_language_model
-from trainstack_contract.runtime_requirements import unmet_by_torch
+from trainstack_contract.runtime_requirements import ASYNC_CHECKPOINT, meets, unmet_by_torch
+from trainstack_contract.sigterm import SIGTERM_GRACE_SECONDS
 from trainstack_training import distributed
 from trainstack_training.checkpoint import Checkpointer, DataPosition, Progress, TrainingState, export_model
 from trainstack_training.data.images import ImageSet
@@ -49,6 +50,9 @@ from trainstack_training.watchdog import Point, Watchdog
 log = logging.getLogger("trainstack")
 SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data"
 ADAMW_BETAS = (0.9, 0.95)
+# How long a failing job waits for a checkpoint save in flight before it exits: worth the steps it keeps
+# (a gp2 volume writes 15 GiB in that time), short against the time a restart takes.
+IN_FLIGHT_SAVE_WAIT_SECONDS = 120.0
 
 
 def run(config: TrainConfig) -> str:
@@ -92,8 +96,8 @@ class Checkpointing:
     state: TrainingState
     zero1_optimizer: torch.optim.Optimizer | None
 
-    def save(self) -> Path:
-        return self.checkpointer.save(self.state, self.zero1_optimizer)
+    def save(self, wait: bool = True) -> Path:
+        return self.checkpointer.save(self.state, self.zero1_optimizer, wait=wait)
 
     def resume(self, context: distributed.DistContext, leads_data_set: bool) -> None:
         """Load the step every host agreed on, then continue this node's data set where it stopped."""
@@ -175,7 +179,15 @@ class Trainer:
         return self.checkpoint.state.progress
 
     def train(self) -> str:
-        """Step until max_steps ("completed", the model exported) or a stop request ("stopped", checkpointed)."""
+        """Step until max_steps ("completed", the model exported) or a stop request ("stopped", checkpointed).
+        A failure first lets a save in flight complete (bounded), as a synchronous save would have."""
+        try:
+            return self._train()
+        except BaseException:
+            self._complete_save_in_flight()
+            raise
+
+    def _train(self) -> str:
         self.parallel.module.train()
         while self.progress.step < self.config.max_steps:
             step = self.progress.step + 1  # as the metric lines number it
@@ -187,7 +199,7 @@ class Trainer:
                 self.stop_with_checkpoint()
                 return "stopped"
             if step % self.config.checkpoint_every == 0 or step == self.config.max_steps or agreed.save:
-                self.save_checkpoint()
+                self.save_checkpoint(wait=step == self.config.max_steps)  # the last one precedes the export
         self.export()
         return "completed"
 
@@ -318,18 +330,54 @@ class Trainer:
         return self.vote.any_rank(self.stop.requested, due)
 
     def stop_with_checkpoint(self) -> None:
+        """Save this step, unless the last save shows it cannot finish before SageMaker's SIGKILL: then
+        the newest completed checkpoint is where the job resumes, and the log says so."""
         self.vote.close()
+        checkpointer = self.checkpoint.checkpointer
+        with self.watchdog.slow_phase():
+            checkpointer.wait()  # a save in flight completes first: it may be the one a resume uses
+        signal_name = self.stop.signal_name or "SIGTERM"
+        left = distributed.from_main(self._grace_left() if self.context.is_main else None, self.context)
+        if not save_fits_grace(checkpointer.last_save_seconds, left):
+            if self.context.is_main:
+                log.warning(
+                    "stop requested (%s) at step %d: not saving, the last save took %.0f s and %.0f s of SageMaker's "
+                    "%d s grace are left; a resume starts from step %d, the last completed checkpoint",
+                    signal_name, self.progress.step, checkpointer.last_save_seconds, left, SIGTERM_GRACE_SECONDS,
+                    checkpointer.last_saved_step,
+                )  # fmt: skip
+            self._close_tensorboard()
+            return
         path = self.save_checkpoint()
         if self.context.is_main:
-            log.warning(
-                "stop requested (%s): saved %s at step %d, exiting",
-                self.stop.signal_name or "SIGTERM", path, self.progress.step,
-            )  # fmt: skip
+            log.warning("stop requested (%s): saved %s at step %d, exiting", signal_name, path, self.progress.step)
         self._close_tensorboard()
 
-    def save_checkpoint(self) -> Path:
+    def _complete_save_in_flight(self) -> None:
+        """Its own gloo group may still work where the training group failed (a transport error, a
+        health rule); a peer that is gone makes it fail, or the bound ends the wait."""
+        try:
+            self.checkpoint.checkpointer.wait(timeout=IN_FLIGHT_SAVE_WAIT_SECONDS)
+        except Exception as error:  # the training failure is the one to report
+            log.warning("the checkpoint save in flight did not complete (%s: %s); a restart resumes from the one before",
+                        type(error).__name__, error)  # fmt: skip
+
+    def _grace_left(self) -> float | None:
+        """Seconds before SageMaker's SIGKILL, by rank 0's clock (None: rank 0 got no signal itself)."""
+        if self.stop.received_at is None:
+            return None
+        return SIGTERM_GRACE_SECONDS - (time.monotonic() - self.stop.received_at)
+
+    def save_checkpoint(self, wait: bool = True) -> Path:
+        """A checkpoint of this step; with `wait` false (and asynchronous saves) the loop goes on once the
+        state is in host memory, and the log says how long the loop stalled."""
+        started = time.monotonic()
         with self.watchdog.slow_phase():
-            return self.checkpoint.save()
+            path = self.checkpoint.save(wait=wait)
+        if not wait and self.checkpoint.checkpointer.asynchronous and self.context.is_main:
+            stalled = time.monotonic() - started
+            log.info("step %d: checkpoint staged in %.3f s, writing in the background", self.progress.step, stalled)
+        return path
 
     def export(self) -> None:
         """The trained model into model_dir, once every rank's last stop vote is in."""
@@ -378,7 +426,8 @@ def build_trainer(config: TrainConfig, context: distributed.DistContext, watchdo
         )  # fmt: skip
     progress = Progress(data_set=dataset.name, data=DataPosition(readers=readers, batch=plan.global_batch))
     state = TrainingState(parallel.checkpointed, optimizer, scheduler, progress, optimizer_in_dcp=not zero1)
-    checkpointer = Checkpointer(config.checkpoint_dir, config.keep_checkpoints, context)
+    asynchronous = _saves_asynchronously(config, context)
+    checkpointer = Checkpointer(config.checkpoint_dir, config.keep_checkpoints, context, asynchronous=asynchronous)
     checkpoint = Checkpointing(checkpointer, state, optimizer if zero1 else None)
     checkpoint.resume(context, leads_data_set=reader == 0)
 
@@ -413,6 +462,23 @@ def _require_runtime(config: TrainConfig) -> None:
             f"{need.what} needs torch {need.torch} or newer ({need.why}); this image has torch {torch.__version__}: "
             f"use a framework_version of at least {need.torch}"
         )
+
+
+def save_fits_grace(last_save_seconds: float | None, grace_left: float | None) -> bool:
+    """Whether a save on SIGTERM can be expected to finish before SIGKILL: by this run's last save (none
+    yet: try, there is nothing else to rely on) against what is left of the grace (unknown: try)."""
+    return last_save_seconds is None or grace_left is None or last_save_seconds <= grace_left
+
+
+def _saves_asynchronously(config: TrainConfig, context: distributed.DistContext) -> bool:
+    """async_checkpoint where this image's torch does it right; otherwise synchronous saves, said once."""
+    if not config.async_checkpoint:
+        return False
+    if meets(torch.__version__, ASYNC_CHECKPOINT):
+        return True
+    if context.is_main:
+        log.info("torch %s: checkpoints are saved synchronously (%s)", torch.__version__, ASYNC_CHECKPOINT.why)
+    return False
 
 
 def _build_model(config: TrainConfig, context: distributed.DistContext) -> tuple[nn.Module, int]:
