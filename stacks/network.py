@@ -40,6 +40,7 @@ class TrainingNetwork(Construct):
     """A VPC whose subnets hold training jobs' network interfaces.
 
     Exposes `vpc`, `security_group` (give it to every job), `training_subnets` and `training_subnet_ids`.
+    With `mlflow_endpoint`, jobs reach SageMaker managed MLflow through an interface endpoint.
     """
 
     def __init__(
@@ -54,6 +55,7 @@ class TrainingNetwork(Construct):
         availability_zone_ids: Sequence[str] = (),
         nat_gateway: bool = False,
         interface_endpoints: Sequence[str] = (),
+        mlflow_endpoint: bool = False,
         inter_container_encryption: bool = False,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
@@ -183,13 +185,21 @@ class TrainingNetwork(Construct):
             )
 
         for service in interface_endpoints:
-            endpoint = self.vpc.add_interface_endpoint(
-                f"Endpoint-{service}",
-                service=ec2.InterfaceVpcEndpointAwsService(service),
-                subnets=self.training_subnets,
-                open=False,
+            self._interface_endpoint(service, ec2.InterfaceVpcEndpointAwsService(service), service)
+        if mlflow_endpoint:
+            # Jobs in isolated subnets reach managed MLflow's host (https://<region>.experiments.sagemaker.aws,
+            # which the sagemaker-mlflow plugin calls) only through this endpoint, whose private DNS name
+            # resolves it in the VPC (SageMaker Developer Guide, "Connecting to an MLflow tracking server
+            # through an Interface VPC Endpoint"). An MLflow App's host is another one, whose private path no
+            # page read here documents.
+            self._interface_endpoint(
+                "sagemaker.experiments", ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_EXPERIMENTS, "SageMaker managed MLflow"
             )
-            endpoint.connections.allow_default_port_from(self.security_group, f"Training jobs to {service}")
+
+    def _interface_endpoint(self, name: str, service: ec2.InterfaceVpcEndpointAwsService, what: str) -> None:
+        """An endpoint in the training subnets that only the training security group may reach, on its port."""
+        endpoint = self.vpc.add_interface_endpoint(f"Endpoint-{name}", service=service, subnets=self.training_subnets, open=False)
+        endpoint.connections.allow_default_port_from(self.security_group, f"Training jobs to {what}")
 
     def _pin_availability_zone_ids(self, availability_zone_ids: Sequence[str]) -> None:
         """Place subnets by AZ *ID* (stable across accounts; capacity reservations are per AZ ID)."""

@@ -53,6 +53,7 @@ class JobDefaults:
     source_s3_uri: str
     entry_s3_uri: str = ""
     inter_container_encryption: bool = False
+    mlflow_tracking_server_arn: str = ""  # the tracking server (or MLflow App) jobs may log to; "" for none
 
     def context(self, region: str, name_prefix: str) -> StackContext:
         """The StackContext these constructs give jobs (tokens until deploy)."""
@@ -67,6 +68,7 @@ class JobDefaults:
             entry_s3_uri=self.entry_s3_uri,
             inter_container_encryption=self.inter_container_encryption,
             name_prefix=name_prefix,
+            mlflow_tracking_server_arn=self.mlflow_tracking_server_arn,
         )
 
 

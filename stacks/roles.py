@@ -21,6 +21,7 @@ from trainstack.layout import (
     TRAINING_JOB_LOG_GROUP,
     TRAINING_JOB_METRICS_NAMESPACE,
 )
+from trainstack.rules.tracking import is_mlflow_app
 from trainstack_contract.job_names import training_job_name_prefix
 
 # What SageMaker needs to attach a job's network interfaces in VPC mode; these calls do not
@@ -37,6 +38,32 @@ VPC_MODE_ACTIONS = [
     "ec2:DescribeSecurityGroups",
 ]
 IMAGE_PULL_ACTIONS = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]
+# What a job's MLflow client calls on a tracking server to log its run, taken from the actions the
+# SageMaker Developer Guide documents for one ("Set up IAM permissions for MLflow", IAM actions
+# supported for MLflow; the AWS managed job policy AmazonSageMakerJobFullAccess grants most of them):
+# find or create the experiment, create, tag, read and end the run, its parameters and metrics (in
+# batches, and one at a time), its metric history (a resumed run's last step), the model and the
+# listing of its artifacts. Not sagemaker-mlflow:*, which would also delete runs and experiments and
+# write to the model registry. Nothing on the server's artifact bucket: jobs upload artifacts by the
+# presigned URLs the server hands out (request.py, PRESIGNED_UPLOAD).
+MLFLOW_TRACKING_SERVER_ACTIONS = [
+    "sagemaker-mlflow:CreateExperiment",
+    "sagemaker-mlflow:GetExperimentByName",
+    "sagemaker-mlflow:CreateRun",
+    "sagemaker-mlflow:UpdateRun",
+    "sagemaker-mlflow:GetRun",
+    "sagemaker-mlflow:SearchRuns",
+    "sagemaker-mlflow:SetTag",
+    "sagemaker-mlflow:LogBatch",
+    "sagemaker-mlflow:LogMetric",
+    "sagemaker-mlflow:LogParam",
+    "sagemaker-mlflow:GetMetricHistory",
+    "sagemaker-mlflow:LogModel",
+    "sagemaker-mlflow:ListArtifacts",
+]
+# An MLflow App's data plane is one action ("Data Plane IAM actions supported for MLflow Apps");
+# AmazonSageMakerJobFullAccess grants DescribeMlflowApp beside it.
+MLFLOW_APP_ACTIONS = ["sagemaker:CallMlflowAppApi", "sagemaker:DescribeMlflowApp"]
 # Wildcard actions that CDK's grant_read / grant_read_write emit (resources stay scoped).
 GRANT_ACTION_WILDCARDS = (
     "s3:GetBucket*",
@@ -80,7 +107,8 @@ class TrainingRoles(Construct):
 
     With `name_prefix`, only training jobs named with the stack's prefix may assume the role (the
     prefix the pipeline's IAM scoping and job names share); without it, any training job of this
-    account and region.
+    account and region. With `mlflow_tracking_server_arn`, jobs may log their runs to that one MLflow
+    tracking server or App.
     """
 
     def __init__(
@@ -92,6 +120,7 @@ class TrainingRoles(Construct):
         source: TrainingSource,
         image_repository: ecr.IRepository | None = None,
         name_prefix: str | None = None,
+        mlflow_tracking_server_arn: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         # Confused-deputy guard: SageMaker passes the training job's ARN as aws:SourceArn when it
@@ -132,6 +161,12 @@ class TrainingRoles(Construct):
                 conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
             )
         )
+        if mlflow_tracking_server_arn:
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    sid="LogToMlflow", actions=mlflow_actions(mlflow_tracking_server_arn), resources=[mlflow_tracking_server_arn]
+                )
+            )
         unscoped = [
             iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
             iam.PolicyStatement(sid="VpcModeNetworkInterfaces", actions=VPC_MODE_ACTIONS, resources=["*"]),
@@ -203,6 +238,11 @@ class TrainingRoles(Construct):
                 "VPC-mode ENI calls and cloudwatch:PutMetricData support only resource '*'; PutMetricData is namespace-limited.",
             ),
         )
+
+
+def mlflow_actions(server_arn: str) -> list[str]:
+    """What a job may call on the MLflow tracking server or App it logs to."""
+    return MLFLOW_APP_ACTIONS if is_mlflow_app(server_arn) else MLFLOW_TRACKING_SERVER_ACTIONS
 
 
 def framework_repository_arns(scope: Construct) -> list[str]:

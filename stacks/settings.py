@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from trainstack.naming import DEFAULT_NAME_PREFIX, NAME_PREFIX_PATTERN
+from trainstack.rules.tracking import STACK_SETTING, arn_region, is_mlflow_arn
 
 # Interface endpoints a training VPC may need without NAT. Each costs ~$7.30/month per AZ
 # (see tools/prices.json), so none is on by default: SageMaker pulls images and ships logs outside
@@ -62,6 +63,9 @@ class StackSettings:
     build_training_image: bool = False
     dashboard: bool = True  # $3/month beyond an account's 3 free dashboards (tools/prices.json)
     default_spec_key: str | None = None
+    # The SageMaker managed MLflow tracking server (or MLflow App) jobs may log to (`tracking` in a
+    # spec): the execution role may log to it and the VPC gets an endpoint to reach it (~$7.30/month per AZ).
+    mlflow_tracking_server_arn: str | None = None
 
     @property
     def environment_agnostic(self) -> bool:
@@ -137,6 +141,16 @@ class StackSettings:
             if not key.startswith("jobs/") or not key.endswith((".yaml", ".yml", ".json")):
                 raise SettingsError("default_spec_key", key, "expected a spec key under jobs/, e.g. jobs/default.yaml")
             values["default_spec_key"] = key
+        if STACK_SETTING in raw:
+            arn = str(raw[STACK_SETTING]).strip()
+            if not is_mlflow_arn(arn):
+                raise SettingsError(
+                    STACK_SETTING,
+                    raw[STACK_SETTING],
+                    "expected a SageMaker MLflow ARN: arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name> "
+                    "or ...:mlflow-app/<id>",
+                )
+            values[STACK_SETTING] = arn
         settings = cls(**values)
         settings._check_consistency(explicit_subnet_count="subnet_count" in raw)
         return settings
@@ -161,6 +175,12 @@ class StackSettings:
                 "build_training_image",
                 True,
                 "the image builds on the framework image of the stack's region; set account and region",
+            )
+        if self.mlflow_tracking_server_arn and self.region and arn_region(self.mlflow_tracking_server_arn) != self.region:
+            raise SettingsError(
+                STACK_SETTING,
+                self.mlflow_tracking_server_arn,
+                f"the server must be in the stack's region ({self.region}): jobs reach it through the VPC endpoint there",
             )
         if self.environment_agnostic and self.subnet_count > 2:
             raise SettingsError(

@@ -57,6 +57,7 @@ class TrainingStack(Stack):
             availability_zone_ids=settings.availability_zone_ids,
             nat_gateway=settings.nat_gateway,
             interface_endpoints=settings.interface_endpoints,
+            mlflow_endpoint=settings.mlflow_tracking_server_arn is not None,
             inter_container_encryption=settings.inter_container_encryption,
             removal_policy=removal,
         )
@@ -72,6 +73,7 @@ class TrainingStack(Stack):
             source=self.source,
             image_repository=self.image.asset.repository if self.image else None,
             name_prefix=settings.name_prefix,
+            mlflow_tracking_server_arn=settings.mlflow_tracking_server_arn,
         )
 
         self.monitoring = TrainingMonitoring(self, "Monitoring", key=self.storage.key, name_prefix=settings.name_prefix)
@@ -89,6 +91,7 @@ class TrainingStack(Stack):
                 source_s3_uri=self.source.s3_uri,
                 entry_s3_uri=self.source.entry_s3_uri,
                 inter_container_encryption=settings.inter_container_encryption,
+                mlflow_tracking_server_arn=settings.mlflow_tracking_server_arn or "",
             ),
             topic=self.monitoring.topic,
             log_retention_days=settings.log_retention_days,

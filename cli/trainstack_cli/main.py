@@ -48,6 +48,7 @@ def placeholder_stack(region: str) -> StackContext:
         security_group_ids=(f"sg-{PLACEHOLDER}",),
         source_s3_uri=f"s3://{PLACEHOLDER.lower()}-cdk-assets/sourcedir.tar.gz",
         entry_s3_uri=f"s3://{PLACEHOLDER.lower()}-cdk-assets/container-entry.py",
+        mlflow_tracking_server_arn=f"arn:aws:sagemaker:{region}:000000000000:mlflow-tracking-server/{PLACEHOLDER}",
     )
 
 
@@ -169,7 +170,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _validate_or_render(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.spec.read_text(), str(args.spec))
-        checked = preflight(spec, s3_object_counter() if args.check_s3 else None, args.region)
+        # With the deployed stack's outputs, also whether the stack has the tracking server the spec names.
+        outputs = getattr(args, "outputs", None)  # render's: validate checks offline
+        known = StackContext.from_outputs_file(outputs, args.region) if outputs else None
+        checked = preflight(spec, s3_object_counter() if args.check_s3 else None, args.region, known)
         spec, plan = checked.spec, checked.resolution
     except (SpecError, SpecRejectedError) as error:
         problems = error.problems
@@ -189,7 +193,7 @@ def _validate_or_render(args: argparse.Namespace) -> int:
         cost = "unknown" if worst is None else f"${worst:,.2f}"
         print(f"{args.spec}: plan: {verdict}; worst case {cost} (trainstack plan for details)")
         return 0
-    stack = StackContext.from_outputs_file(args.outputs, args.region) if args.outputs else placeholder_stack(args.region)
+    stack = known or placeholder_stack(args.region)
     request = build_request(spec, plan, stack, trial=Run(args.lineage or str(args.spec)).trial())
     validate_request(request)
     print(json.dumps(request, indent=2, sort_keys=True))

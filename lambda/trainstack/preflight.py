@@ -12,6 +12,7 @@ from trainstack.planner.memory import GIB
 from trainstack.planner.plan import JobPlan, OptionPlan, plan_job
 from trainstack.rules import Problem, Resolution, SpecRejectedError, checked, resolve
 from trainstack.spec import JobSpec
+from trainstack.stack_context import StackContext
 
 
 @dataclass(frozen=True)
@@ -21,24 +22,35 @@ class Preflight:
     spec: JobSpec  # as it will run: with the choices the plan made where the spec left them open
 
 
-def rule_problems(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> list[Problem]:
+def rule_problems(
+    spec: JobSpec,
+    count_objects: Callable[[str], int] | None = None,
+    region: str | None = None,
+    stack: StackContext | None = None,
+) -> list[Problem]:
     """The spec's rules and, once they pass, the built-in script's contract."""
-    return _rules_and_contract(spec, count_objects, region)[0]
+    return _rules_and_contract(spec, count_objects, region, stack)[0]
 
 
 def _rules_and_contract(
-    spec: JobSpec, count_objects: Callable[[str], int] | None, region: str | None
+    spec: JobSpec, count_objects: Callable[[str], int] | None, region: str | None, stack: StackContext | None
 ) -> tuple[list[Problem], Resolution | None]:
-    problems, resolution = checked(spec, count_objects, region)
+    problems, resolution = checked(spec, count_objects, region, stack)
     if problems or resolution is None:
         return problems, resolution
     return contract_problems(spec, resolution), resolution
 
 
-def preflight(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> Preflight:
+def preflight(
+    spec: JobSpec,
+    count_objects: Callable[[str], int] | None = None,
+    region: str | None = None,
+    stack: StackContext | None = None,
+) -> Preflight:
     """The resolution and the plan of a spec that may launch; SpecRejectedError otherwise. The
-    resolution is computed once, here, and carried to Create (Resolution.to_json)."""
-    problems, resolution = _rules_and_contract(spec, count_objects, region)
+    resolution is computed once, here, and carried to Create (Resolution.to_json). With `stack`,
+    the deployed stack's values (Validate has them): which tracking server its jobs may log to."""
+    problems, resolution = _rules_and_contract(spec, count_objects, region, stack)
     if problems or resolution is None:
         raise SpecRejectedError(problems)
     spec, resolution, plan = planned(spec, resolution)

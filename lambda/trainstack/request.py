@@ -15,10 +15,11 @@ from trainstack.identity import Trial
 from trainstack.instances import CATALOG, efa_environment
 from trainstack.launchers import launcher_hyperparameters
 from trainstack.layout import MODELS_PREFIX, TENSORBOARD_PREFIX
-from trainstack.spec import JobSpec
+from trainstack.spec import STACK_TRACKING_SERVER, JobSpec
 from trainstack.stack_context import StackContext
 from trainstack_contract.job_names import TRAINING_JOB_NAME_PATTERN
 from trainstack_contract.metric_lines import metric_definitions
+from trainstack_contract.tracking import EXPERIMENT_NAME, TRACKING_URI
 
 if TYPE_CHECKING:  # for the type only: the rules import this module (api_limits reads TRAINSTACK_HYPERPARAMETERS)
     from trainstack.rules import Resolution
@@ -46,6 +47,34 @@ TRAINSTACK_HYPERPARAMETERS = (
     "sagemaker_instance_type",
     "sagemaker_torch_distributed_enabled",
 )
+
+
+# What a tracked job's environment gets beside the MLflow client's own two variables (the tracking
+# URI is the server's ARN, which the sagemaker-mlflow plugin resolves and signs for):
+# - artifacts go up by presigned URLs the tracking server hands out (the plugin's S3 artifact
+#   repository), so the execution role needs no write access to the server's artifact bucket, a
+#   bucket the stack does not know and would otherwise have to grant s3:PutObject on (the upload
+#   still crosses the VPC's S3 gateway endpoint, whose policy admits only the project's buckets);
+# - no usage events: mlflow 3 sends them unless told not to, and a job in isolated subnets would
+#   only wait for each attempt to time out.
+PRESIGNED_UPLOAD = "SAGEMAKER_PRESIGNED_URL_UPLOAD_ENABLED"
+DISABLE_TELEMETRY = "MLFLOW_DISABLE_TELEMETRY"
+TRACKING_VARIABLES = (TRACKING_URI, EXPERIMENT_NAME, PRESIGNED_UPLOAD, DISABLE_TELEMETRY)
+
+
+def tracking_server_arn(spec: JobSpec, stack: StackContext) -> str | None:
+    """The MLflow tracking server (or App) the job logs to: the spec's ARN, or the stack's for
+    `mlflow: stack` ("" where the stack has none, which the rules refuse); None without tracking."""
+    if spec.tracking is None:
+        return None
+    if spec.tracking.mlflow == STACK_TRACKING_SERVER:
+        return stack.mlflow_tracking_server_arn
+    return spec.tracking.mlflow
+
+
+def tracking_environment(server_arn: str, experiment: str) -> dict[str, str]:
+    """The variables a tracked job gets, in the order of TRACKING_VARIABLES."""
+    return dict(zip(TRACKING_VARIABLES, (server_arn, experiment, "true", "true"), strict=True))
 
 
 def image_uri(spec: JobSpec, resolution: Resolution, region: str) -> str:
@@ -115,6 +144,9 @@ def build_request(
     if spec.max_pending:
         stopping["MaxPendingTimeInSeconds"] = spec.max_pending
     environment = {**efa_environment(resolution.instance), **spec.environment}
+    tracking = _mlflow_config(spec, stack, job_name)
+    if tracking is not None:
+        environment.update(tracking_environment(tracking["MlflowResourceArn"], tracking["MlflowExperimentName"]))
     request: dict[str, Any] = {
         "TrainingJobName": job_name,
         "AlgorithmSpecification": {
@@ -143,6 +175,8 @@ def build_request(
         request["InputDataConfig"] = inputs
     if environment:
         request["Environment"] = environment
+    if tracking is not None:
+        request["MlflowConfig"] = tracking
     if spec.checkpoints:
         request["CheckpointConfig"] = {
             "S3Uri": f"{artifacts}/{trial.checkpoint_prefix(spec.name)}",
@@ -160,6 +194,20 @@ def build_request(
     if not spec.profiler:  # the profiler's rules launch processing jobs with their own quota
         request["ProfilerConfig"] = {"DisableProfiler": True}
     return request
+
+
+def _mlflow_config(spec: JobSpec, stack: StackContext, job_name: str) -> dict[str, str] | None:
+    """MlflowConfig: one MLflow run per training job, named as the job (trainstack_contract/tracking.py)."""
+    server = tracking_server_arn(spec, stack)
+    experiment = spec.tracking_experiment
+    if server is None or experiment is None:
+        return None
+    if not server:
+        raise InvalidRequestError(
+            "tracking.mlflow is stack, but the stack has no tracking server; the rules refuse this spec when they are "
+            "given the stack (rules/tracking.py)"
+        )
+    return {"MlflowResourceArn": server, "MlflowExperimentName": experiment, "MlflowRunName": job_name}
 
 
 def infra_check(spec: JobSpec) -> bool:

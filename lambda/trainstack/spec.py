@@ -139,6 +139,22 @@ class Restarts(_Strict):
     _duration = field_validator("within", mode="before")(lambda cls, v: parse_duration(v))
 
 
+# `tracking.mlflow: stack`: the tracking server the stack was deployed with (-c mlflow_tracking_server_arn).
+STACK_TRACKING_SERVER = "stack"
+
+
+class Tracking(_Strict):
+    """Experiment tracking in SageMaker managed MLflow (CreateTrainingJob's MlflowConfig): one MLflow
+    run per training job, named as the job (trainstack_contract/tracking.py)."""
+
+    mlflow: str = Field(
+        default=STACK_TRACKING_SERVER,
+        description="\"stack\" (the stack's tracking server, -c mlflow_tracking_server_arn) or that server's ARN "
+        "(an mlflow-tracking-server/ or mlflow-app/ ARN): the one server the execution role may log to",
+    )
+    experiment: str | None = Field(default=None, description="the MLflow experiment; default: the spec's name")
+
+
 class Budget(_Strict):
     max_usd: float = Field(gt=0, description="refuse a run whose worst case (every retry, every trial) costs more")
 
@@ -192,6 +208,9 @@ class JobSpec(_Strict):
     budget: Budget | None = None
     health: Health | None = Field(
         default=None, description="training health rules of the built-in script (every rule at its defaults)"
+    )
+    tracking: Tracking | None = Field(
+        default=None, description="log each training job as an MLflow run in SageMaker managed MLflow (MlflowConfig)"
     )
     force: bool = Field(default=False, description="launch even when the plan says it does not fit or is over budget")
 
@@ -247,6 +266,13 @@ class JobSpec(_Strict):
             if self.health.histogram_every:
                 values["histogram_every"] = self.health.histogram_every
         return values
+
+    @property
+    def tracking_experiment(self) -> str | None:
+        """The MLflow experiment the job's runs go to; None without tracking."""
+        if self.tracking is None:
+            return None
+        return self.name if self.tracking.experiment is None else self.tracking.experiment
 
     @property
     def uses_builtin_script(self) -> bool:

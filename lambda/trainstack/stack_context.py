@@ -30,14 +30,21 @@ class StackContext:
     entry_s3_uri: str = ""  # the container entry (PID 1) that forwards stop signals; "" for none
     inter_container_encryption: bool = False
     name_prefix: str = DEFAULT_NAME_PREFIX
+    mlflow_tracking_server_arn: str = ""  # the MLflow tracking server (or App) jobs may log to; "" for none
 
     def to_outputs(self) -> dict[str, str]:
         """CloudFormation output name -> value (values may be CDK tokens at synth time)."""
-        return {spec.output: spec.encode(getattr(self, spec.name)) for spec in FIELDS}
+        return {spec.output: text for spec, text in self._written()}
 
     def to_variables(self) -> dict[str, str]:
         """The Lambda environment's stack variables (Lambda sets AWS_REGION itself)."""
-        return {spec.variable: spec.encode(getattr(self, spec.name)) for spec in FIELDS}
+        return {spec.variable: text for spec, text in self._written()}
+
+    def _written(self) -> list[tuple[_Field, str]]:
+        """Each field as text, but an optional one left empty is left out (reading it back gives the
+        same default): a stack without a tracking server publishes no empty output or variable for it."""
+        written = [(spec, spec.encode(getattr(self, spec.name))) for spec in FIELDS]
+        return [(spec, text) for spec, text in written if text or spec.required]
 
     @classmethod
     def from_outputs(cls, outputs: Mapping[str, str], region: str) -> StackContext:
@@ -101,6 +108,7 @@ FIELDS = (
     _Field("entry_s3_uri", "ContainerEntryS3Uri", "CONTAINER_ENTRY_S3_URI", required=False),
     _Field("inter_container_encryption", "InterContainerEncryption", "INTER_CONTAINER_ENCRYPTION", kind="flag", required=False),
     _Field("name_prefix", "NamePrefix", "NAME_PREFIX", required=False),
+    _Field("mlflow_tracking_server_arn", "MlflowTrackingServerArn", "MLFLOW_TRACKING_SERVER_ARN", required=False),
 )
 
 

@@ -157,7 +157,7 @@ def refused_or_valid_requests(data: dict[str, Any]) -> None:
     problems: list = []
     try:
         spec = parse_spec(data)
-        checked = preflight(spec, lambda uri: 64, STACK.region)
+        checked = preflight(spec, lambda uri: 64, STACK.region, STACK)
     except (SpecError, SpecRejectedError) as refused:
         problems = refused.problems
     if problems:  # refused: each problem a line of its own

@@ -24,7 +24,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     spec = parse_spec(event["spec"])
     # Validate resolved the spec and checked every rule; an execution started before the deploy that
     # added `resolution` to the payload is checked again here.
-    resolution = Resolution.from_json(event["resolution"]) if "resolution" in event else check_or_raise(spec)
+    resolution = Resolution.from_json(event["resolution"]) if "resolution" in event else check_or_raise(spec, stack=stack)
     trial = event["trial"]
     identity = Run(**event["run"]).trial(trial["index"] if event["trial_count"] > 1 else None)
     attempt = event.get("attempt", 0)  # > 0: re-created after a capacity failure, same checkpoints

@@ -36,7 +36,8 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         data = {**data, "inputs": inputs}
     try:
         spec = parse_spec(data)
-        checked = preflight(spec, lambda uri: count_objects(client("s3"), uri), environment().stack.region)
+        stack = environment().stack
+        checked = preflight(spec, lambda uri: count_objects(client("s3"), uri), stack.region, stack)
     except (SpecError, SpecRejectedError) as error:
         raise SpecInvalidError(f"{trigger.spec_key or 'inline spec'}: " + "; ".join(map(str, error.problems))) from None
     runs = trials(spec)

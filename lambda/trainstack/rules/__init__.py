@@ -8,29 +8,41 @@ Framework facts (versions, images, launcher lists, SMP keys, instances) come fro
 The rules live by family: capacity (instances, fallbacks, training plans, pending, EFA, spot),
 distribution (the SDK's distribution dict and its launchers), frameworks (strategy fit, Trainium,
 versions, images), smp (SMP v2's parameters and degrees), api_limits (CreateTrainingJob's limits),
-inputs (sharded channels). A spec that passes resolves to a `Resolution` (resolution.py).
+inputs (sharded channels), tracking (the MLflow server). A spec that passes resolves to a
+`Resolution` (resolution.py). The deployed stack's values (`stack`), where the caller knows them,
+tell which tracking server its jobs may log to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from trainstack.rules import api_limits, capacity, distribution, frameworks, inputs, smp
+from trainstack.rules import api_limits, capacity, distribution, frameworks, inputs, smp, tracking
 from trainstack.rules.problems import Problem, SpecRejectedError
 from trainstack.rules.resolution import Resolution, resolve
 from trainstack.spec import JobSpec
+from trainstack.stack_context import StackContext
 
 __all__ = ["Problem", "Resolution", "SpecRejectedError", "check", "check_or_raise", "checked", "resolve"]
 
 
-def check(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> list[Problem]:
+def check(
+    spec: JobSpec,
+    count_objects: Callable[[str], int] | None = None,
+    region: str | None = None,
+    stack: StackContext | None = None,
+) -> list[Problem]:
     """Every problem with the spec; an empty list means it may launch. With `region`, also whether
-    its framework image exists there."""
-    return checked(spec, count_objects, region)[0]
+    its framework image exists there; with `stack`, whether the stack has the tracking server it
+    names."""
+    return checked(spec, count_objects, region, stack)[0]
 
 
 def checked(
-    spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None
+    spec: JobSpec,
+    count_objects: Callable[[str], int] | None = None,
+    region: str | None = None,
+    stack: StackContext | None = None,
 ) -> tuple[list[Problem], Resolution | None]:
     """Every problem with the spec, and its resolution (computed once, for the rules and the caller);
     None where the spec is too broken to resolve."""
@@ -54,6 +66,7 @@ def checked(
     problems += api_limits.tag_problems(spec)
     problems += api_limits.environment_problems(spec)
     problems += api_limits.channel_name_problems(spec)
+    problems += tracking.tracking_problems(spec, stack, region)
     if region is not None:
         problems += frameworks.image_in_region_problems(spec, resolution, region)
     if count_objects is not None:
@@ -61,18 +74,25 @@ def checked(
     return problems, resolution
 
 
-def check_or_raise(spec: JobSpec, count_objects: Callable[[str], int] | None = None, region: str | None = None) -> Resolution:
-    problems, resolution = checked(spec, count_objects, region)
+def check_or_raise(
+    spec: JobSpec,
+    count_objects: Callable[[str], int] | None = None,
+    region: str | None = None,
+    stack: StackContext | None = None,
+) -> Resolution:
+    problems, resolution = checked(spec, count_objects, region, stack)
     if problems or resolution is None:
         raise SpecRejectedError(problems)
     return resolution
 
 
 def _fallback_problems(spec: JobSpec, region: str | None) -> list[Problem]:
-    """Each fallback capacity option must pass the rules as the job's only type."""
+    """Each fallback capacity option must pass the rules as the job's only type. Tracking does not
+    depend on the type: the spec's own check reports it, once."""
     problems = []
     for index, name in enumerate(spec.capacity_options[1:], start=1):
-        alternative = spec.model_copy(update={"instance_type": name, "instance_types": None, "max_pending": None})
+        update = {"instance_type": name, "instance_types": None, "max_pending": None, "tracking": None}
+        alternative = spec.model_copy(update=update)
         problems += [
             Problem(f"instance_types[{index}] ({name}): {p.field}", p.value, p.rule, p.fix)
             for p in check(alternative, None, region)

@@ -18,7 +18,7 @@ from functools import cache
 from trainstack.api_model import member_metadata
 from trainstack.identity import TAG_KEYS
 from trainstack.instances import efa_environment
-from trainstack.request import TRAINSTACK_HYPERPARAMETERS
+from trainstack.request import TRACKING_VARIABLES, TRAINSTACK_HYPERPARAMETERS
 from trainstack.rules.problems import Problem
 from trainstack.rules.resolution import Resolution
 from trainstack.spec import JobSpec
@@ -75,13 +75,15 @@ def _bounds(shape: str, member: str) -> tuple[int, int]:
 
 def environment_size_problems(spec: JobSpec, resolution: Resolution) -> list[Problem]:
     most = limits().environment
-    total = len({**efa_environment(resolution.instance), **spec.environment})
+    tracking = dict.fromkeys(TRACKING_VARIABLES, "") if spec.tracking is not None else {}
+    total = len({**efa_environment(resolution.instance), **spec.environment, **tracking})
     if total > most:
+        added = "EFA and tracking" if tracking else "EFA"
         return [
             Problem(
                 "environment",
                 len(spec.environment),
-                f"with trainstack's EFA variables the job has {total} environment variables; SageMaker takes {most}",
+                f"with trainstack's {added} variables the job has {total} environment variables; SageMaker takes {most}",
                 "pass configuration as hyperparameters or a file in an input channel",
             )
         ]
