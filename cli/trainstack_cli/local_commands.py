@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
         with serve(template, workdir, port=args.port, feed=EventFeed()) as (served, _, _):
             for name, value in served.environment().items():
                 print(f"export {name}={value}")
+            print(f"# trainstack local: MLflow tracking server at {served.tracking.url} ({served.tracking.arn})", flush=True)
             print(
                 f"# trainstack local: serving the emulated stack at {served.endpoint}; outputs in {served.outputs_file}; "
                 "Ctrl-C stops it",
@@ -46,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     spec = args.spec or DEFAULT_JOB
     started = time.monotonic()
     with serve(template, workdir) as (served, _, twin):
+        console.print(f"trainstack local: MLflow tracking server at {served.tracking.url}")
         stack = find_stack(None, served.outputs_file, None, None)  # in-process: moto answers without HTTP
         from trainstack_cli import operate
 

@@ -17,7 +17,8 @@ duration of `moto_bridges()` only:
 - Faults: `ApiFaults.inject(service, action, code)` makes the next calls of one API action fail as
   AWS reports that error (throttling, access denied, an SNS refusal), for the failure scenarios.
 - SageMaker: CreateTrainingJob refuses a duplicate name and an image missing from the region, as
-  the real API does, keeps the request's Environment (moto drops it) and MetricDefinitions (moto
+  the real API does, keeps the request's Environment and MlflowConfig (moto drops both; Describe
+  returns them, and the MlflowDetails the twin finds once the job ends) and MetricDefinitions (moto
   replaces them with a sample's) and hands the job to the
   twin; StopTrainingJob (moto has none) asks the twin to stop it.
 """
@@ -182,6 +183,7 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
         result = create_training_job(self)
         job = self.sagemaker_backend.training_jobs[name]
         job.environment = self._get_param("Environment")
+        job.mlflow_config = self._get_param("MlflowConfig")  # moto's Describe returns each attribute, CamelCased
         job.algorithm_specification = specification  # moto swaps in a sample's MetricDefinitions
         job.retry_strategy = self._get_param("RetryStrategy")
         twin.start(job, image)

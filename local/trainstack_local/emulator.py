@@ -88,6 +88,7 @@ def local_aws(
     settings: TwinSettings | None = None,
     images: ImageRegistry | None = None,
     feed: EventFeed | None = None,
+    mlflow_tracking_server_arn: str = "",
 ) -> Iterator[tuple[LocalStack, SageMakerTwin]]:
     """Create the stack's runtime resources inside moto and yield them with the SageMaker twin;
     `feed` gets a line per run and job event (what `local serve` prints)."""
@@ -106,7 +107,7 @@ def local_aws(
         stack = LocalStack(faults=faults)
         before: dict[str, str | None] = {}
         try:
-            variables = _create_resources(template, stack, files, first_poll_seconds)
+            variables = _create_resources(template, stack, files, first_poll_seconds, mlflow_tracking_server_arn)
             before = {key: os.environ.get(key) for key in variables}  # the functions set them (bridges.py)
             yield stack, twin
         finally:
@@ -124,9 +125,10 @@ def _restore_environment(before: dict[str, str | None]) -> None:
 
 
 def _create_resources(
-    template: dict[str, Any], stack: LocalStack, files: TrainingFiles, first_poll_seconds: int
+    template: dict[str, Any], stack: LocalStack, files: TrainingFiles, first_poll_seconds: int, mlflow_tracking_server_arn: str
 ) -> dict[str, str]:
-    """The stack's runtime resources in moto; returns the environment variables its functions share."""
+    """The stack's runtime resources in moto; returns the environment variables its functions share.
+    `mlflow_tracking_server_arn`: the twin's tracking server, when one runs (the stack's setting)."""
     s3 = boto3.client("s3", region_name=REGION)
     for bucket in (stack.trigger_bucket, stack.artifacts_bucket, stack.assets_bucket):
         s3.create_bucket(Bucket=bucket)
@@ -152,6 +154,7 @@ def _create_resources(
         security_group_ids=("sg-local",),
         source_s3_uri=f"s3://{stack.assets_bucket}/{source_key}",
         entry_s3_uri=f"s3://{stack.assets_bucket}/{entry_key}",
+        mlflow_tracking_server_arn=mlflow_tracking_server_arn,
     ).to_outputs()
     environment = lambda_variables(
         stack.context,

@@ -22,7 +22,11 @@ its own checkpoint directory. What the twin does the way SageMaker does it:
   stream `<job>/algo-N-<epoch seconds of the start>`, a new stream per host after a spot restart;
 - capacity: `refuse_capacity(instance_type)` makes jobs on that type fail as SageMaker reports it;
   a job with `ResourceConfig.InstancePreferences` runs on the first listed type that has capacity,
-  reported as `SelectedInstanceType` / `SelectedInstanceCount`, and fails only when none has.
+  reported as `SelectedInstanceType` / `SelectedInstanceCount`, and fails only when none has;
+- MLflow: with a tracking server attached (`tracking_server`, mlflow_server.py), a job whose request
+  has `MlflowConfig` reaches it as a SageMaker job reaches managed MLflow (its ARN tracking URI,
+  resolved by the sagemaker-mlflow plugin, signed with the job's credentials), and DescribeTrainingJob
+  gives the run named after the job as `MlflowDetails` once the job has ended.
 
 For tests, `inject(InjectedFault(...))` gives the next jobs of a trial a fault of the training
 script's (trainstack_contract.fault_hooks) through the twin itself, never through a spec, which
@@ -58,10 +62,13 @@ from trainstack_contract.sigterm import SIGTERM_GRACE_SECONDS
 from trainstack_local import container, runtimes
 from trainstack_local.event_feed import EventFeed
 from trainstack_local.hosts import Container, JobNetwork, host_names, remove_stale_networks, require_namespaces
+from trainstack_local.mlflow_server import TrackingServer
 from trainstack_local.registry import ImageRegistry, TwinImage
 
 CAPACITY_FAILURE = f"{CAPACITY_FAILURE_MARKERS[0]}: Unable to provision requested ML compute capacity. Please retry later."
 SUBMIT_DIRECTORY = "sagemaker_submit_directory"
+# The sagemaker-mlflow plugin's override of the endpoint that a tracking server's ARN resolves to.
+MLFLOW_ENDPOINT_OVERRIDE = "SAGEMAKER_MLFLOW_CUSTOM_ENDPOINT"
 
 
 @dataclass(frozen=True)
@@ -294,7 +301,36 @@ class JobRun:
         environment.update(getattr(self.job, "environment", None) or {})
         environment.update({fault_hooks.TWIN: "1", **dict(self.twin.settings.fault_hooks)})  # the twin's own, never the spec's
         environment.update(self.injected_environment(host))
+        environment.update(self._tracking_environment())
         return environment
+
+    def _tracking_environment(self) -> dict[str, str]:
+        """What a job with MlflowConfig needs to log to the twin's tracking server along SageMaker's own
+        path: the plugin's documented endpoint override (the region's endpoint is not reachable from
+        here) and credentials to sign with, the twin's own, as a SageMaker job signs with its execution
+        role's. Nothing without a server: the job then finds its tracking server unreachable."""
+        server = self.twin.tracking_server
+        if server is None or not getattr(self.job, "mlflow_config", None):
+            return {}
+        credentials = boto3.Session().get_credentials().get_frozen_credentials()
+        signing = {"AWS_ACCESS_KEY_ID": credentials.access_key, "AWS_SECRET_ACCESS_KEY": credentials.secret_key}
+        if credentials.token:
+            signing["AWS_SESSION_TOKEN"] = credentials.token
+        region = {"AWS_REGION": self.twin.region, "AWS_DEFAULT_REGION": self.twin.region}
+        return {MLFLOW_ENDPOINT_OVERRIDE: server.url, **signing, **region}
+
+    def _record_mlflow_run(self) -> None:
+        """MlflowDetails, which SageMaker fills in once a job has ended (the SageMaker SDK 3.x reads the
+        run id "only available after the job completes"). How SageMaker finds the run is undocumented;
+        the twin takes the latest run named MlflowRunName (else the job's name) in MlflowExperimentName
+        (else in any experiment)."""
+        config = getattr(self.job, "mlflow_config", None)
+        server = self.twin.tracking_server
+        if not config or server is None:
+            return
+        run = server.find_run(config.get("MlflowRunName") or self.name, config.get("MlflowExperimentName"))
+        if run is not None:
+            self.job.mlflow_details = {"MlflowExperimentId": run.experiment_id, "MlflowRunId": run.run_id}
 
     def _watch(self, attempt: _Attempt) -> str:
         """Until every host has exited: 'completed', 'failed', 'stopped' or 'interrupted'."""
@@ -464,6 +500,7 @@ class JobRun:
             self.twin.feed.job_status(self.name, status, secondary, self.job.failure_reason if status == "Failed" else None)
 
     def _end(self, status: str, secondary: str, message: str) -> None:
+        self._record_mlflow_run()  # before the status: a caller that sees the job ended sees its run
         self._status(status, secondary, message)
         self.job.secondary_status_transitions[-1]["EndTime"] = self.job.last_modified_time
         self.job.training_end_time = self.job.last_modified_time
@@ -501,6 +538,8 @@ class SageMakerTwin:
         self.region = region
         self.settings = settings or TwinSettings()
         self.feed = feed  # where `local serve` prints each job's creation and status changes
+        # The MLflow tracking server jobs with MlflowConfig log to, when one runs (`local serve`, tests).
+        self.tracking_server: TrackingServer | None = None
         self.runs: dict[str, JobRun] = {}
         self.uploaded: dict[tuple[str, str, int], dict[str, tuple[int, int]]] = {}
         self._capacity: dict[str, int] = {}
@@ -566,6 +605,7 @@ class SageMakerTwin:
         job.failure_reason = None
         job.model_artifacts = None
         job.final_metric_data_list = None
+        job.mlflow_details = None
         run._status("InProgress", "Starting", "Launching requested ML instances")
         run.thread.start()
         return run

@@ -6,6 +6,9 @@ One process holds everything: moto's backends (served over HTTP by moto's own WS
 the handlers go to the same backends in-process; clients outside come in over HTTP. The stack's
 outputs are published twice, as a deployed stack publishes them: a CloudFormation stack named
 `trainstack-local` (DescribeStacks, `trainstack --stack`) and a `cdk deploy --outputs-file` JSON file.
+Beside it runs the twin's MLflow tracking server (mlflow_server.py), which jobs with MlflowConfig log
+to, under the work directory's `mlflow/`; it outlives the twin's jobs, so each job's run is found
+once it ends.
 
 Like AWS, the served endpoint refuses a request signed with another access key than the one it
 prints (InvalidAccessKeyId / UnrecognizedClientException / InvalidClientTokenId, in the protocol of
@@ -28,8 +31,17 @@ from typing import Any
 
 import boto3
 
-from trainstack_local.emulator import LOCAL_ENVIRONMENT, REGION, LocalStack, local_aws, training_files
+from trainstack_local.emulator import (
+    ACCOUNT,
+    LOCAL_ENVIRONMENT,
+    REGION,
+    LocalStack,
+    TrainingFiles,
+    local_aws,
+    training_files,
+)
 from trainstack_local.event_feed import EventFeed
+from trainstack_local.mlflow_server import TrackingServer, tracking_server
 from trainstack_local.pipeline import upload_sample_data
 from trainstack_local.registry import ImageRegistry
 from trainstack_local.sagemaker_twin import SageMakerTwin, TwinSettings
@@ -49,6 +61,7 @@ class Served:
 
     endpoint: str
     outputs_file: Path
+    tracking: TrackingServer  # the MLflow tracking server: its ARN, and the URL a browser or client uses
     stack_name: str = STACK_NAME
 
     def environment(self) -> dict[str, str]:
@@ -78,9 +91,10 @@ def serve(
     from werkzeug.serving import make_server
 
     os.environ.pop("AWS_ENDPOINT_URL", None)  # the twin's and the handlers' own calls stay in-process
-    with local_aws(template, workdir, files=training_files(workdir), settings=settings, images=images, feed=feed) as (
+    with tracked_local_aws(template, workdir, files=training_files(workdir), settings=settings, images=images, feed=feed) as (
         stack,
         twin,
+        tracking,
     ):
         upload_sample_data(stack)  # what the embedded default job trains on
         _publish_stack(stack.outputs)
@@ -92,10 +106,32 @@ def serve(
         thread = threading.Thread(target=server.serve_forever, name="trainstack-local-serve", daemon=True)
         thread.start()
         try:
-            yield Served(f"http://{HOST}:{server.server_port}", outputs_file), stack, twin
+            yield Served(f"http://{HOST}:{server.server_port}", outputs_file, tracking), stack, twin
         finally:
             server.shutdown()
             thread.join()
+
+
+@contextmanager
+def tracked_local_aws(
+    template: dict[str, Any],
+    workdir: Path,
+    *,
+    files: TrainingFiles,
+    settings: TwinSettings | None = None,
+    images: ImageRegistry | None = None,
+    feed: EventFeed | None = None,
+) -> Iterator[tuple[LocalStack, SageMakerTwin, TrackingServer]]:
+    """`local_aws` with the twin's MLflow tracking server (files under `workdir`/mlflow), started first
+    and stopped last: the twin's jobs have ended, and their runs been looked up, before it goes."""
+    with (
+        tracking_server(workdir / "mlflow", region=REGION, account=ACCOUNT) as tracking,
+        local_aws(
+            template, workdir, files=files, settings=settings, images=images, feed=feed, mlflow_tracking_server_arn=tracking.arn
+        ) as (stack, twin),
+    ):
+        twin.tracking_server = tracking
+        yield stack, twin, tracking
 
 
 def _publish_stack(outputs: dict[str, str]) -> None:
