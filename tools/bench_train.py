@@ -11,7 +11,9 @@ the machine hits both; each run's first interval is warm-up and dropped; medians
 the ratio of each repeat's runs (paired: the three ran back to back) with a distribution-free 95%
 interval for its median, which is what resolves a small overhead from this machine's noise.
 Also reports what one DCP checkpoint stalls the step loop, synchronous against asynchronous saves,
-and that stall's share of training time at a 30-minute checkpoint_interval (`--checkpoint-only`: just that).
+and that stall's share of training time at a 30-minute checkpoint_interval (`--checkpoint-only`: just that),
+and what MLflow tracking adds to a log step against a training step, with a real tracking server
+(the twin's) receiving the batches (`--tracking-only`: just that).
 """
 
 from __future__ import annotations
@@ -151,6 +153,56 @@ def checkpoint_cost(model_name: str, micro_batch: int, workdir: Path, repeats: i
     )
 
 
+@dataclass(frozen=True)
+class TrackingCost:
+    step_seconds: float  # one training step of the model
+    line_seconds: float  # the loop's part of tracking one metric line: appending it
+    send_seconds: float  # the background thread's: one batch of FLUSH_SECONDS worth of lines at log_every 1
+    lines_per_batch: int
+
+
+def tracking_cost(model_name: str, micro_batch: int, workdir: Path, step_seconds: float, lines: int = 2000) -> TrackingCost:
+    """The MLflow tracker against a real server: the loop's cost per metric line (medians of `lines`),
+    and what sending one batch of the lines of FLUSH_SECONDS of training at log_every 1 costs the
+    sending thread."""
+    from trainstack_contract.config import TrainConfig
+    from trainstack_contract.tracking import EXPERIMENT_NAME, TRACKING_URI
+    from trainstack_local.mlflow_server import tracking_server
+    from trainstack_training.tracking import FLUSH_SECONDS, open_tracker
+
+    line = {"step": 0, "loss": 2.5, "lr": 3e-4, "grad_norm": 1.0, "tokens_per_sec": 1.0e4, "step_time": step_seconds, "mfu": 0.4}
+    with tracking_server(workdir / "mlflow", region="us-east-1", account="123456789012") as server:
+        environ = {TRACKING_URI: server.url, EXPERIMENT_NAME: "bench"}
+        tracker = open_tracker(TrainConfig(model=model_name, micro_batch_size=micro_batch), "bench-tracking", environ)
+        assert tracker is not None, "the bench's tracking server did not answer"
+        tracker.stopping.set()  # the bench sends the batches itself, to time them
+        appends = []
+        for step in range(1, lines + 1):
+            start = time.perf_counter()
+            tracker.log_line({**line, "step": step})
+            appends.append(time.perf_counter() - start)
+        per_batch = max(1, int(FLUSH_SECONDS / step_seconds))
+        sends = []
+        for _ in range(5):
+            for step in range(lines + 1, lines + 1 + per_batch):
+                tracker.log_line({**line, "step": step})
+            lines += per_batch
+            start = time.perf_counter()
+            tracker.send_pending()
+            sends.append(time.perf_counter() - start)
+        tracker.close("FINISHED")
+    return TrackingCost(step_seconds, statistics.median(appends), statistics.median(sends), per_batch)
+
+
+def print_tracking_cost(cost: TrackingCost) -> None:
+    share = cost.line_seconds / cost.step_seconds
+    print(
+        f"MLflow tracking: the loop spends {cost.line_seconds * 1e6:.1f} us per metric line = {100 * share:.3f}% of a "
+        f"training step ({cost.step_seconds * 1000:.1f} ms) at log_every 1; the sending thread takes "
+        f"{cost.send_seconds * 1000:.1f} ms per batch of {cost.lines_per_batch} lines (every 10 s), medians"
+    )
+
+
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
     """A distribution-free interval for the median: the order statistics whose ranks the binomial
     distribution of "how many values fall below the median" puts outside (1 - confidence) / 2."""
@@ -172,9 +224,16 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=6, help="a multiple of 3: each side runs first, second and third alike")
     parser.add_argument("--bare-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint-only", action="store_true", help="only the checkpoint stall, sync against async")
+    parser.add_argument("--tracking-only", action="store_true", help="only what MLflow tracking adds to a log step")
     parser.add_argument("--checkpoint-repeats", type=int, default=7, help="saves of each kind (medians)")
     parser.add_argument("--checkpoint-steps", type=int, default=10, help="training steps timed after each save")
     args = parser.parse_args()
+    if args.tracking_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"model {args.model}, micro batch {args.micro_batch}, CPU threads {torch.get_num_threads()}")
+            step_seconds = checkpoint_cost(args.model, args.micro_batch, Path(tmp), 1, args.checkpoint_steps).step_seconds
+            print_tracking_cost(tracking_cost(args.model, args.micro_batch, Path(tmp), step_seconds))
+        return 0
     if args.checkpoint_only:
         with tempfile.TemporaryDirectory() as tmp:
             print(f"model {args.model}, micro batch {args.micro_batch}, CPU threads {torch.get_num_threads()}")
@@ -226,6 +285,8 @@ def main() -> int:
             f"95% interval of the median {low:.3f}..{high:.3f} ({len(paired)} repeats)"
         )
     print_checkpoint_cost(cost, args.checkpoint_steps)
+    with tempfile.TemporaryDirectory() as tmp:
+        print_tracking_cost(tracking_cost(args.model, args.micro_batch, Path(tmp), cost.step_seconds))
     return 0
 
 

@@ -19,6 +19,7 @@ from trainstack.billing import billed_usd
 from trainstack.failures import classify, failure_text
 from trainstack.identity import Run
 from trainstack.restarts import progress_at_end
+from trainstack.run_report import mlflow_run
 from trainstack.workflow import trigger_of
 from trainstack_contract.job_names import JobName
 
@@ -48,6 +49,7 @@ class TrialView:
     metrics: dict[str, float] = field(default_factory=dict)
     attempt: int = 0  # 0: the trial's first job; n: its n-th re-creation (capacity) or restart
     failure: str = ""  # whose failure, for a failed job: "infrastructure (hang)" (trainstack/failures.py)
+    mlflow: str = ""  # where the job's MLflow run is (trainstack.run_report.mlflow_run); "" untracked
 
     @property
     def steps_lost(self) -> int:
@@ -145,6 +147,7 @@ def trial_view(description: dict[str, Any], now: datetime, metrics: dict[str, fl
         metrics=metrics or {m["MetricName"]: m["Value"] for m in description.get("FinalMetricDataList") or []},
         attempt=parsed.attempt if parsed else 0,
         failure=f"{failure.kind} ({failure.cause})" if failure else "",
+        mlflow=mlflow_run(description),
     )
 
 

@@ -111,6 +111,8 @@ def status_view(run: RunView) -> RenderableType:
             parts.append(Text(f"{trial.job_name}: model {trial.model_artifacts}"))
         for name, link in job_links(run.execution_arn, trial.job_name).items():
             parts.append(Text(f"{trial.job_name}: {name} {link}", style="dim"))
+        if trial.mlflow:
+            parts.append(Text(f"{trial.job_name}: MLflow {trial.mlflow}", style="dim"))
     parts.append(
         Text(
             f"billable {run.billable_seconds} instance-seconds, estimated cost so far {usd(run.cost_usd)} ({cost_basis()})",

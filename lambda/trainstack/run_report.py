@@ -52,6 +52,21 @@ def job_links(execution_arn: str, job_name: str) -> dict[str, str]:
     }
 
 
+def mlflow_run(description: dict[str, Any]) -> str:
+    """Where a job's MLflow run is, from DescribeTrainingJob ("" without MlflowConfig): the tracking
+    server, the experiment and the run's name, and the run's id once SageMaker reports it
+    (MlflowDetails)."""
+    config = description.get("MlflowConfig")
+    if not config:
+        return ""
+    details = description.get("MlflowDetails") or {}
+    run = config.get("MlflowRunName") or description.get("TrainingJobName", "")
+    where = f"run {run}"
+    if details.get("MlflowRunId"):
+        where += f" (id {details['MlflowRunId']}, experiment id {details.get('MlflowExperimentId', '?')})"
+    return f"{where} in experiment {config.get('MlflowExperimentName') or 'Default'} on {config['MlflowResourceArn']}"
+
+
 def metric_lines(trials: list[dict[str, Any]], prefix: str, timestamp_ms: int) -> list[str]:
     """Embedded-metric-format lines for each trial that reached SageMaker: one with a count by status
     and the instance-seconds it was billed, and one per kind of failure its restarts followed

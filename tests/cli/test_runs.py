@@ -102,6 +102,19 @@ def test_a_restarted_jobs_failure_says_whose_it_was_its_attempt_and_the_steps_it
     assert "infrastructure (hang) failure; newest checkpoint step 100, 30 steps lost" in _printed(trial)
 
 
+def test_status_says_where_a_tracked_jobs_mlflow_run_is():
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/team"
+    tracked = job(
+        MlflowConfig={"MlflowResourceArn": arn, "MlflowExperimentName": "gpt", "MlflowRunName": "trainstack-gpt-0123456789ab-t2"},
+        MlflowDetails={"MlflowExperimentId": "7", "MlflowRunId": "f00d"},
+    )
+
+    printed = " ".join(_printed(trial_view(tracked, NOW)).split())  # the console wraps long lines
+
+    assert f"MLflow run trainstack-gpt-0123456789ab-t2 (id f00d, experiment id 7) in experiment gpt on {arn}" in printed
+    assert "MLflow" not in _printed(trial_view(job(), NOW))
+
+
 def _printed(trial) -> str:
     """What `trainstack status` prints for a run of this one trial, off a terminal."""
     run = RunView("r", "arn:aws:states:us-east-1:1:execution:m:r", "RUNNING", "WaitForJob", "", "", 0, "", [trial])

@@ -13,7 +13,7 @@ import dataclasses
 import boto3
 import pytest
 
-from tests.local.twin_runs import checkpoint_keys, job_run, printed_steps, wait_for_status, wait_for_step
+from tests.local.twin_runs import PROJECT_IMAGE, checkpoint_keys, job_run, printed_steps, wait_for_status, wait_for_step
 from trainstack.identity import Run
 from trainstack.request import build_request
 from trainstack.rules import check_or_raise
@@ -25,7 +25,6 @@ from trainstack_local.sagemaker_twin import TwinSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 GRACE_SECONDS = 4
-PROJECT_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainstack-training:local"
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +53,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from trainstack_contract.metric_lines import checkpoint_line
 from trainstack_training.distributed import DistContext, all_gather, barrier, from_main
+from trainstack_training.metrics import print_line
 
 log = logging.getLogger("trainstack")
 MANIFEST = "manifest.json"
@@ -210,9 +210,7 @@ class Checkpointer:
         self.last_save_seconds, self.last_saved_step = time.monotonic() - started, step
         if self.context.is_main:
             log.info("saved step_%08d in %.1f s", step, self.last_save_seconds)
-            # One write: from the background thread a print's line and newline could part around the loop's lines.
-            sys.stdout.write(checkpoint_line(step) + "\n")
-            sys.stdout.flush()
+            print_line(checkpoint_line(step))  # from the writer thread too
 
     def _step_dirs(self) -> list[tuple[int, Path]]:
         if not self.directory.is_dir():

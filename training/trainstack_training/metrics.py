@@ -8,6 +8,7 @@ a guessed peak gives a wrong number, which is worse than none.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 
 import torch
@@ -70,6 +71,14 @@ class Throughput:
             values["mfu"] = rate * self.flops_per_token / (self.peak * self.world_size)
         self._start, self._units, self._steps = time.perf_counter(), 0, 0
         return values
+
+
+def print_line(text: str) -> None:
+    """A metric line to stdout in one write: print's text and newline are two, between which another
+    thread's output (the checkpoint writer's) or another process's on the same log (the container
+    entry's) can land and break the line its MetricDefinitions regex reads."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 def open_tensorboard(directory: str) -> TensorBoardSink | None:

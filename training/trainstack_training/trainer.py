@@ -9,6 +9,7 @@ import contextlib
 import functools
 import logging
 import math
+import os
 import platform
 import time
 from dataclasses import asdict, dataclass, field
@@ -39,12 +40,13 @@ from trainstack_training.health import (
     layer_of,
     layer_tensors,
 )
-from trainstack_training.metrics import TensorBoardSink, Throughput, open_tensorboard, peak_flops
+from trainstack_training.metrics import TensorBoardSink, Throughput, open_tensorboard, peak_flops, print_line
 from trainstack_training.models import build_model, save_model
 from trainstack_training.models.hf import HFCausalLM
 from trainstack_training.precision import autocast, grad_scaler
 from trainstack_training.strategies import builds_on_meta, parallelize
 from trainstack_training.strategies.base import Parallelized
+from trainstack_training.tracking import MlflowTracker, open_tracker
 from trainstack_training.watchdog import Point, Watchdog
 
 log = logging.getLogger("trainstack")
@@ -162,6 +164,7 @@ class Trainer:
     vote: distributed.StopVote
     throughput: Throughput
     tensorboard: TensorBoardSink | None  # rank 0's, with a tensorboard_dir
+    tracker: MlflowTracker | None  # rank 0's, when the job's Environment names an MLflow tracking server
     faults: FaultHooks
     health: HealthMonitor
     seq_len: int
@@ -182,10 +185,13 @@ class Trainer:
         """Step until max_steps ("completed", the model exported) or a stop request ("stopped", checkpointed).
         A failure first lets a save in flight complete (bounded), as a synchronous save would have."""
         try:
-            return self._train()
+            outcome = self._train()
         except BaseException:
             self._complete_save_in_flight()
+            self._close_tracker("FAILED")
             raise
+        self._close_tracker("FINISHED" if outcome == "completed" else "KILLED")
+        return outcome
 
     def _train(self) -> str:
         self.parallel.module.train()
@@ -285,10 +291,12 @@ class Trainer:
             line["grad_norm_layer_min"] = min(outcome.layer_norms.values())
             line["grad_norm_layer_max"] = max(outcome.layer_norms.values())
         if self.context.is_main:
-            print(format_line(line), flush=True)
+            print_line(format_line(line))
         if self.tensorboard:
             self.tensorboard.write(line)
             self.tensorboard.write_layers("grad_norm", outcome.layer_norms, step)
+        if self.tracker:
+            self.tracker.log_line(line)
         return LoggedValues(mean_loss, grad_norm)
 
     def check_health(self, step: int, outcome: StepOutcome, logged: LoggedValues | None) -> None:
@@ -307,7 +315,9 @@ class Trainer:
             verdicts += self.health.check_interval(step, logged.loss, logged.grad_norm, outcome.layer_norms, loss_scale)
         for verdict in verdicts:
             if self.context.is_main:
-                print(verdict.line(), flush=True)
+                print_line(verdict.line())
+            if self.tracker:
+                self.tracker.log_event(verdict.rule, verdict.step)
         if ending := next((v for v in verdicts if v.ends_job), None):
             self.end_for_health(ending)
 
@@ -386,10 +396,16 @@ class Trainer:
             description = _describe(self.config, self.seq_len)
             write = functools.partial(save_model, self.parallel.model, description=description)
             export_model(self.parallel.module, self.config.model_dir, write, self.context)
+            if self.tracker:
+                self.tracker.log_model(self.config.model_dir)
         self._close_tensorboard()
 
     def _is_log_step(self, step: int) -> bool:
         return step % self.config.log_every == 0 or step == self.config.max_steps
+
+    def _close_tracker(self, status: str) -> None:
+        if self.tracker:
+            self.tracker.close(status)
 
     def _close_tensorboard(self) -> None:
         if self.tensorboard:
@@ -443,6 +459,8 @@ def build_trainer(config: TrainConfig, context: distributed.DistContext, watchdo
         checkpoint=checkpoint,
         stop=StopRequest().install(),
         vote=distributed.StopVote(context),
+        # before the throughput clock starts: opening the run is a few requests to the server
+        tracker=open_tracker(config, os.environ.get("TRAINING_JOB_NAME", "local")) if context.is_main else None,
         throughput=Throughput(flops_per_token, peak_flops(context.device, config.precision), context.world_size),
         tensorboard=open_tensorboard(config.tensorboard_dir) if config.tensorboard_dir and context.is_main else None,
         faults=FaultHooks.read(context.rank).install(parallel.model.named_parameters(), layer_of),  # test-only: the twin's
