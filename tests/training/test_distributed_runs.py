@@ -248,3 +248,13 @@ def test_a_checkpoint_interval_saves_by_wall_clock_on_every_rank_at_the_same_ste
     for step in saved:  # complete: both ranks' shards under one manifest
         manifest = json.loads((tmp_path / "checkpoints" / f"step_{step:08d}" / "manifest.json").read_text())
         assert {"__0_0.distcp", "__1_0.distcp"} <= set(manifest["files"])
+
+
+def test_a_time_based_save_asked_for_before_a_step_based_one_is_not_made_again_right_after_it(tmp_path):
+    # Due by time at every step (0.001 s), so the vote asks at every step; each answer comes a step
+    # later, after the step-based save that served it, and the interval counts from that save.
+    args = job_args(tmp_path, "--checkpoint_every", "2", "--checkpoint_interval", "0.001", "--keep_checkpoints", "100", steps=8)
+    result = run(args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = [int(line.split("=")[1]) for line in result.stdout.splitlines() if line.startswith("checkpoint step=")]
+    assert saved == [2, 4, 6, 8]  # without the rule: every step from 2 on

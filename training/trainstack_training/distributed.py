@@ -234,6 +234,11 @@ class StopVote:
         self.group = dist.new_group(backend="gloo") if context.is_distributed and context.backend != "gloo" else None
         self.pending: tuple[Any, torch.Tensor] | None = None
 
+    @property
+    def lag(self) -> int:
+        """How many steps after its flags an answer comes: one across processes, none in one."""
+        return 1 if self.context.is_distributed else 0
+
     def any_rank(self, stop: bool, save: bool = False) -> Agreed:
         """This step's flags go out; the answer is the previous step's, the same on every rank."""
         if not self.context.is_distributed:

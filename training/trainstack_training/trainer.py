@@ -172,7 +172,9 @@ class Trainer:
     # scaler's found_inf), so the norm needs no trip to the host but on log steps.
     skip_on_device: bool
     nonfinite_at: torch.Tensor = field(init=False)  # with skip_on_device, the first such step; 0: none
-    interval_started: float = field(default_factory=time.monotonic)  # rank 0: since the last time-based save was asked
+    # rank 0: since the last save, or the last time-based save asked for (the answer comes a step later)
+    interval_started: float = field(default_factory=time.monotonic)
+    saved_at_step: int = -1  # the step of the last save this run started, the same on every rank
 
     def __post_init__(self) -> None:
         self.nonfinite_at = torch.zeros((), dtype=torch.long, device=self.context.device)
@@ -204,7 +206,10 @@ class Trainer:
             if agreed.stop:
                 self.stop_with_checkpoint()
                 return "stopped"
-            if step % self.config.checkpoint_every == 0 or step == self.config.max_steps or agreed.save:
+            # A time-based save asked for before a save the loop then made anyway is served by it (every
+            # rank knows both steps: the answer comes `lag` steps after the question).
+            due_by_time = agreed.save and self.saved_at_step < step - self.vote.lag
+            if step % self.config.checkpoint_every == 0 or step == self.config.max_steps or due_by_time:
                 self.save_checkpoint(wait=step == self.config.max_steps)  # the last one precedes the export
         self.export()
         return "completed"
@@ -382,6 +387,7 @@ class Trainer:
         """A checkpoint of this step; with `wait` false (and asynchronous saves) the loop goes on once the
         state is in host memory, and the log says how long the loop stalled."""
         started = time.monotonic()
+        self.saved_at_step, self.interval_started = self.progress.step, started  # the interval counts from any save
         with self.watchdog.slow_phase():
             path = self.checkpoint.save(wait=wait)
         if not wait and self.checkpoint.checkpointer.asynchronous and self.context.is_main:
