@@ -23,6 +23,8 @@ TRAINING_SUBNET_MASK = 20
 PUBLIC_SUBNET_MASK = 26
 HTTPS = 443
 
+# What a presigned upload to an MLflow artifact store does (single and multipart PUTs).
+MLFLOW_ARTIFACT_UPLOAD_ACTIONS = ["s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
 # Actions jobs (and SageMaker on their behalf) perform on S3 through the gateway endpoint.
 S3_ENDPOINT_ACTIONS = [
     "s3:GetObject",
@@ -40,7 +42,8 @@ class TrainingNetwork(Construct):
     """A VPC whose subnets hold training jobs' network interfaces.
 
     Exposes `vpc`, `security_group` (give it to every job), `training_subnets` and `training_subnet_ids`.
-    With `mlflow_endpoint`, jobs reach SageMaker managed MLflow through an interface endpoint.
+    With `mlflow_tracking_server_arn`, jobs reach SageMaker managed MLflow through an interface
+    endpoint, and upload artifacts to its artifact store through the S3 gateway endpoint.
     """
 
     def __init__(
@@ -55,7 +58,7 @@ class TrainingNetwork(Construct):
         availability_zone_ids: Sequence[str] = (),
         nat_gateway: bool = False,
         interface_endpoints: Sequence[str] = (),
-        mlflow_endpoint: bool = False,
+        mlflow_tracking_server_arn: str | None = None,
         inter_container_encryption: bool = False,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
@@ -186,7 +189,7 @@ class TrainingNetwork(Construct):
 
         for service in interface_endpoints:
             self._interface_endpoint(service, ec2.InterfaceVpcEndpointAwsService(service), service)
-        if mlflow_endpoint:
+        if mlflow_tracking_server_arn:
             # Jobs in isolated subnets reach managed MLflow's host (https://<region>.experiments.sagemaker.aws,
             # which the sagemaker-mlflow plugin calls) only through this endpoint, whose private DNS name
             # resolves it in the VPC (SageMaker Developer Guide, "Connecting to an MLflow tracking server
@@ -194,6 +197,17 @@ class TrainingNetwork(Construct):
             # page read here documents.
             self._interface_endpoint(
                 "sagemaker.experiments", ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_EXPERIMENTS, "SageMaker managed MLflow"
+            )
+            # A job uploads artifacts (the model) with URLs the server presigns (SAGEMAKER_PRESIGNED_URL_UPLOAD_ENABLED),
+            # so the request is the server role's, to the server's artifact store: a bucket the gateway
+            # endpoint's policy must admit, or the upload is refused and the job logs no model.
+            self.s3_endpoint.add_to_policy(
+                iam.PolicyStatement(
+                    sid="MlflowArtifactStore",
+                    principals=[iam.AnyPrincipal()],
+                    actions=MLFLOW_ARTIFACT_UPLOAD_ACTIONS,
+                    resources=[f"arn:{Aws.PARTITION}:s3:::{self._mlflow_artifact_bucket(mlflow_tracking_server_arn)}/*"],
+                )
             )
 
     def _interface_endpoint(self, name: str, service: ec2.InterfaceVpcEndpointAwsService, what: str) -> None:
@@ -214,9 +228,10 @@ class TrainingNetwork(Construct):
     def _s3_prefix_list_id(self) -> str:
         """The region's S3 prefix list, resolved at deploy time (a synth-time lookup would need credentials).
 
-        CDK's handler for the lookup gets a role of ours: its one permission in a managed policy, its
+        CDK's handler for the lookup gets a role of ours: its permissions in a managed policy, its
         logs in an encrypted group with the stack's retention (CDK's default role writes to a log
-        group that never expires, through an AWS managed policy).
+        group that never expires, through an AWS managed policy). Every AwsCustomResource of a stack
+        runs in that one handler (a singleton), so later lookups add their permission to this role.
         """
         handler_logs = encrypted_log_group(
             self,
@@ -233,6 +248,7 @@ class TrainingNetwork(Construct):
         )
         handler_role.add_to_policy(iam.PolicyStatement(actions=["ec2:DescribePrefixLists"], resources=["*"]))
         handler_logs.grant_write(handler_role)
+        self._lookup_role, self._lookup_logs = handler_role, handler_logs
         lookup = cr.AwsCustomResource(
             self,
             "S3PrefixList",
@@ -256,3 +272,32 @@ class TrainingNetwork(Construct):
             ),
         )
         return lookup.get_response_field("PrefixLists.0.PrefixListId")
+
+    def _mlflow_artifact_bucket(self, server_arn: str) -> str:
+        """The bucket of the tracking server's (or MLflow App's) artifact store (`s3://<bucket>/<prefix>`),
+        read at deploy time from DescribeMlflowTrackingServer (DescribeMlflowApp), on the lookup handler."""
+        app = server_arn.split(":", 5)[5].startswith("mlflow-app/")
+        action, parameters = (
+            ("describeMlflowApp", {"Arn": server_arn})
+            if app
+            else ("describeMlflowTrackingServer", {"TrackingServerName": server_arn.rsplit("/", 1)[1]})
+        )
+        self._lookup_role.add_to_policy(
+            iam.PolicyStatement(actions=[f"sagemaker:{action[0].upper()}{action[1:]}"], resources=[server_arn])
+        )
+        lookup = cr.AwsCustomResource(
+            self,
+            "MlflowArtifactStore",
+            on_update=cr.AwsSdkCall(
+                service="SageMaker",
+                action=action,
+                parameters=parameters,
+                physical_resource_id=cr.PhysicalResourceId.of(f"mlflow-artifact-store-{server_arn}"),
+                output_paths=["ArtifactStoreUri"],
+            ),
+            role=self._lookup_role,
+            log_group=self._lookup_logs,
+            memory_size=128,
+            install_latest_aws_sdk=False,
+        )
+        return Fn.select(2, Fn.split("/", lookup.get_response_field("ArtifactStoreUri")))

@@ -57,7 +57,7 @@ class TrainingStack(Stack):
             availability_zone_ids=settings.availability_zone_ids,
             nat_gateway=settings.nat_gateway,
             interface_endpoints=settings.interface_endpoints,
-            mlflow_endpoint=settings.mlflow_tracking_server_arn is not None,
+            mlflow_tracking_server_arn=settings.mlflow_tracking_server_arn,
             inter_container_encryption=settings.inter_container_encryption,
             removal_policy=removal,
         )

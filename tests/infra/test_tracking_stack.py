@@ -111,3 +111,29 @@ def test_a_bad_server_setting_is_refused_naming_it(raw, message):
     with pytest.raises(SettingsError, match=message) as raised:
         StackSettings.parse(raw)
     assert raised.value.setting == "mlflow_tracking_server_arn"
+
+
+def _gateway_statements(stack: Synthesized) -> list[dict]:
+    (endpoint,) = [
+        r for r in stack.resources("AWS::EC2::VPCEndpoint").values() if r["Properties"]["VpcEndpointType"] == "Gateway"
+    ]
+    return endpoint["Properties"]["PolicyDocument"]["Statement"]
+
+
+def test_jobs_may_upload_through_the_s3_gateway_to_the_servers_artifact_store_read_at_deploy_time(tracking_stack):
+    (store,) = [s for s in _gateway_statements(tracking_stack) if s.get("Sid") == "MlflowArtifactStore"]
+    assert sorted(_as_list(store["Action"])) == ["s3:AbortMultipartUpload", "s3:ListMultipartUploadParts", "s3:PutObject"]
+    assert "ArtifactStoreUri" in json.dumps(store["Resource"])  # the bucket of DescribeMlflowTrackingServer's answer
+    (lookup,) = [r for r in tracking_stack.resources("Custom::AWS").values() if "MlflowTrackingServer" in json.dumps(r)]
+    assert '\\"TrackingServerName\\":\\"research\\"' in json.dumps(lookup["Properties"]["Create"])
+    describe = [
+        statement
+        for policy in tracking_stack.resources("AWS::IAM::ManagedPolicy").values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "sagemaker:DescribeMlflowTrackingServer" in _as_list(statement["Action"])
+    ]
+    assert [statement["Resource"] for statement in describe] == [SERVER]
+
+
+def test_without_the_setting_the_s3_gateway_admits_no_other_bucket(default_stack):
+    assert [s.get("Sid") for s in _gateway_statements(default_stack)] == ["OnlyTheProjectBuckets"]
