@@ -8,7 +8,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from trainstack.layout import JOBS_PREFIX, SOURCES_PREFIX, TRAINING_JOB_LOG_GROU
 from trainstack.polling import poll_until
 from trainstack.preflight import preflight
 from trainstack.rules import SpecRejectedError
+from trainstack.run_report import mlflow_ui_call
 from trainstack.source_archive import write_source_tarball
 from trainstack.spec import SpecError, load_spec
 from trainstack.workflow import RUNNING
@@ -167,7 +168,7 @@ def trial_jobs(stack: Stack, execution: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(jobs, key=lambda job: job["CreationTime"])
 
 
-def read_run(stack: Stack, run: str, with_metrics: bool = True) -> RunView:
+def read_run(stack: Stack, run: str, with_metrics: bool = True, with_mlflow_ui: bool = False) -> RunView:
     with aws_errors(f"stack {stack.name}"):
         execution = describe_execution(stack, run)
         sfn = stack.client("stepfunctions")
@@ -180,8 +181,25 @@ def read_run(stack: Stack, run: str, with_metrics: bool = True) -> RunView:
         trials = []
         for job in trial_jobs(stack, execution):
             metrics = _job_metrics(stack, job) if with_metrics else {}
-            trials.append(trial_view(job, now, metrics))
+            trial = trial_view(job, now, metrics)
+            trials.append(replace(trial, mlflow_ui=mlflow_ui_link(stack, job)) if with_mlflow_ui else trial)
         return run_view(execution, history, trials, now)
+
+
+def mlflow_ui_link(stack: Stack, description: dict[str, Any]) -> str:
+    """A signed-in link to the MLflow UI of the job's tracking server, made with the caller's own
+    permission; "" for an untracked job, and where it cannot be made (no permission, or an endpoint
+    without the API, as the twin's moto): the run's reference still says where it is."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    call = mlflow_ui_call(description)
+    if call is None:
+        return ""
+    method, arguments = call
+    try:
+        return getattr(stack.client("sagemaker"), method)(**arguments)["AuthorizedUrl"]
+    except (ClientError, BotoCoreError):
+        return ""
 
 
 def list_runs(stack: Stack, limit: int) -> list[RunView]:

@@ -35,7 +35,7 @@ def operate_command(args: argparse.Namespace, stack: Stack) -> int:
         runs = operate.list_runs(stack, args.limit)
         return _show(console, args.json, [r.to_json() for r in runs], lambda: runs_table(runs))
     if args.command == "status":
-        run = operate.read_run(stack, args.run)
+        run = operate.read_run(stack, args.run, with_mlflow_ui=True)
         return _show(console, args.json, run.to_json(), lambda: status_view(run))
     if args.command == "logs":
         for line in operate.follow_logs(stack, args.run, args.trial, args.host, args.follow):

@@ -50,6 +50,7 @@ class TrialView:
     attempt: int = 0  # 0: the trial's first job; n: its n-th re-creation (capacity) or restart
     failure: str = ""  # whose failure, for a failed job: "infrastructure (hang)" (trainstack/failures.py)
     mlflow: str = ""  # where the job's MLflow run is (trainstack.run_report.mlflow_run); "" untracked
+    mlflow_ui: str = ""  # a signed-in link to its server's MLflow UI (`status` only); "" where none could be made
 
     @property
     def steps_lost(self) -> int:

@@ -113,6 +113,8 @@ def status_view(run: RunView) -> RenderableType:
             parts.append(Text(f"{trial.job_name}: {name} {link}", style="dim"))
         if trial.mlflow:
             parts.append(Text(f"{trial.job_name}: MLflow {trial.mlflow}", style="dim"))
+        if trial.mlflow_ui:
+            parts.append(Text(f"{trial.job_name}: MLflow UI, signed in for 5 minutes: {trial.mlflow_ui}", style="dim"))
     parts.append(
         Text(
             f"billable {run.billable_seconds} instance-seconds, estimated cost so far {usd(run.cost_usd)} ({cost_basis()})",

@@ -9,8 +9,10 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+from trainstack.api_model import member_metadata
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.restarts import restarts_by_kind
+from trainstack.rules.tracking import is_mlflow_app
 
 RUN_METRICS_NAMESPACE = "trainstack"
 JOBS_METRIC = "TrainingJobs"  # one per training job that ended, by Status
@@ -65,6 +67,23 @@ def mlflow_run(description: dict[str, Any]) -> str:
     if details.get("MlflowRunId"):
         where += f" (id {details['MlflowRunId']}, experiment id {details.get('MlflowExperimentId', '?')})"
     return f"{where} in experiment {config.get('MlflowExperimentName') or 'Default'} on {config['MlflowResourceArn']}"
+
+
+def mlflow_ui_call(description: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The SageMaker call (boto3 method, arguments) that gives a signed-in link to the MLflow UI of a
+    job's tracking server or MLflow App, valid as long as the API allows; None for an untracked job."""
+    config = description.get("MlflowConfig")
+    if not config:
+        return None
+    arn = config["MlflowResourceArn"]
+    if is_mlflow_app(arn):
+        longest = member_metadata("CreatePresignedMlflowAppUrlRequest", "ExpiresInSeconds")["max"]
+        return "create_presigned_mlflow_app_url", {"Arn": arn, "ExpiresInSeconds": longest}
+    longest = member_metadata("CreatePresignedMlflowTrackingServerUrlRequest", "ExpiresInSeconds")["max"]
+    return "create_presigned_mlflow_tracking_server_url", {
+        "TrackingServerName": arn.rsplit("/", 1)[1],
+        "ExpiresInSeconds": longest,
+    }
 
 
 def metric_lines(trials: list[dict[str, Any]], prefix: str, timestamp_ms: int) -> list[str]:

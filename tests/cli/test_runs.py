@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 from datetime import UTC, datetime, timedelta
@@ -13,6 +14,8 @@ from botocore.exceptions import ClientError
 
 from trainstack import facts
 from trainstack.identity import Run
+from trainstack.run_report import mlflow_ui_call
+from trainstack_cli.operate import mlflow_ui_link
 from trainstack_cli.runs import RunView, latest_metrics, position, run_identity, run_view, trial_index, trial_view
 from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_NO_STACK, CliError, aws_errors, find_stack
 from trainstack_cli.views import console, runs_table, status_view
@@ -234,3 +237,47 @@ def test_every_command_and_option_of_the_cli_says_what_it_does():
 
     walk(build_parser(), "trainstack")
     assert undocumented == []
+
+
+@pytest.mark.parametrize(
+    ("arn", "call"),
+    [
+        (
+            "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/team",
+            ("create_presigned_mlflow_tracking_server_url", {"TrackingServerName": "team", "ExpiresInSeconds": 300}),
+        ),
+        (
+            "arn:aws:sagemaker:us-east-1:123456789012:mlflow-app/app-GBU5I6LYU4G7",
+            (
+                "create_presigned_mlflow_app_url",
+                {"Arn": "arn:aws:sagemaker:us-east-1:123456789012:mlflow-app/app-GBU5I6LYU4G7", "ExpiresInSeconds": 300},
+            ),
+        ),
+    ],
+)
+def test_the_ui_link_of_a_tracked_job_is_asked_of_its_server_kind_for_as_long_as_the_api_allows(arn, call):
+    assert mlflow_ui_call(job(MlflowConfig={"MlflowResourceArn": arn})) == call
+    assert mlflow_ui_call(job()) is None
+
+
+def test_status_prints_the_signed_in_ui_link_and_without_one_only_the_runs_reference():
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/team"
+    trial = trial_view(job(MlflowConfig={"MlflowResourceArn": arn}), NOW)
+    with_link = " ".join(_printed(dataclasses.replace(trial, mlflow_ui="https://t-1.example/auth?authToken=x")).split())
+    assert "MLflow UI, signed in for 5 minutes: https://t-1.example/auth?authToken=x" in with_link
+    assert "MLflow UI" not in _printed(trial) and "MLflow run" in " ".join(_printed(trial).split())
+
+
+def test_a_ui_link_that_cannot_be_made_leaves_status_with_the_runs_reference():
+    class Refusing:
+        def create_presigned_mlflow_tracking_server_url(self, **arguments):
+            raise ClientError(
+                {"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "CreatePresignedMlflowTrackingServerUrl"
+            )
+
+    class Stack:
+        def client(self, service):
+            return Refusing()
+
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/team"
+    assert mlflow_ui_link(Stack(), job(MlflowConfig={"MlflowResourceArn": arn})) == ""
