@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
 from tests.training.launch import environment, free_port, job_args, run
 from trainstack_contract import tracking
 from trainstack_contract.config import TrainConfig
+from trainstack_local.mlflow_server import tracking_server
 from trainstack_training.tracking import open_tracker
 
 mlflow = pytest.importorskip("mlflow")  # a dev dependency: `make setup` installs it
@@ -22,26 +19,9 @@ JOB = "trainstack-track-0123456789ab-t1-a2"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    environment = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root}/mlflow.db", "--no-serve-artifacts",
-         "--default-artifact-root", (root / "artifacts").as_uri(), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        env=environment, stdout=subprocess.DEVNULL, stderr=(root / "server.log").open("w"),
-    )  # fmt: skip
-    address = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"{address}/health", timeout=2)
-            break
-        except OSError:
-            assert process.poll() is None and time.monotonic() < deadline, (root / "server.log").read_text()[-3000:]
-            time.sleep(0.5)
-    yield address
-    process.terminate()
-    process.wait(timeout=30)
+    """The twin's tracking server (trainstack_local.mlflow_server), addressed by its URL directly."""
+    with tracking_server(tmp_path_factory.mktemp("mlflow"), region="us-east-1", account="123456789012") as running:
+        yield running.url
 
 
 def _environ(address: str, experiment: str) -> dict[str, str]:
