@@ -16,6 +16,7 @@ from constructs import Construct
 from stacks.compliance import acknowledge, in_every_pack, skip_checkov
 from stacks.log_groups import encrypted_log_group
 from stacks.roles import ManagedPolicyRole
+from trainstack_contract.tracking import is_mlflow_app, resource_name
 
 VPC_CIDR = "10.42.0.0/16"
 # A /20 gives 4,091 addresses per AZ: a p5.48xlarge job takes 32 EFA interfaces per node.
@@ -276,11 +277,10 @@ class TrainingNetwork(Construct):
     def _mlflow_artifact_bucket(self, server_arn: str) -> str:
         """The bucket of the tracking server's (or MLflow App's) artifact store (`s3://<bucket>/<prefix>`),
         read at deploy time from DescribeMlflowTrackingServer (DescribeMlflowApp), on the lookup handler."""
-        app = server_arn.split(":", 5)[5].startswith("mlflow-app/")
         action, parameters = (
             ("describeMlflowApp", {"Arn": server_arn})
-            if app
-            else ("describeMlflowTrackingServer", {"TrackingServerName": server_arn.rsplit("/", 1)[1]})
+            if is_mlflow_app(server_arn)
+            else ("describeMlflowTrackingServer", {"TrackingServerName": resource_name(server_arn)})
         )
         self._lookup_role.add_to_policy(
             iam.PolicyStatement(actions=[f"sagemaker:{action[0].upper()}{action[1:]}"], resources=[server_arn])

@@ -21,8 +21,8 @@ from trainstack.layout import (
     TRAINING_JOB_LOG_GROUP,
     TRAINING_JOB_METRICS_NAMESPACE,
 )
-from trainstack.rules.tracking import is_mlflow_app
 from trainstack_contract.job_names import training_job_name_prefix
+from trainstack_contract.tracking import is_mlflow_app
 
 # What SageMaker needs to attach a job's network interfaces in VPC mode; these calls do not
 # support resource-level scoping (see docs/sagemaker-contract.md §3).

@@ -12,7 +12,7 @@ from urllib.parse import quote
 from trainstack.api_model import member_metadata
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.restarts import restarts_by_kind
-from trainstack.rules.tracking import is_mlflow_app
+from trainstack_contract.tracking import is_mlflow_app, resource_name
 
 RUN_METRICS_NAMESPACE = "trainstack"
 JOBS_METRIC = "TrainingJobs"  # one per training job that ended, by Status
@@ -81,7 +81,7 @@ def mlflow_ui_call(description: dict[str, Any]) -> tuple[str, dict[str, Any]] | 
         return "create_presigned_mlflow_app_url", {"Arn": arn, "ExpiresInSeconds": longest}
     longest = member_metadata("CreatePresignedMlflowTrackingServerUrlRequest", "ExpiresInSeconds")["max"]
     return "create_presigned_mlflow_tracking_server_url", {
-        "TrackingServerName": arn.rsplit("/", 1)[1],
+        "TrackingServerName": resource_name(arn),
         "ExpiresInSeconds": longest,
     }
 

@@ -1,6 +1,7 @@
 """Where a job tracks its experiment, and how its MLflow run is named and linked: one home for the
 request builder (which sets MlflowConfig and these variables), the built-in script (which reads
-them), the twin and the CLI.
+them), the twin and the CLI; and what kind of MLflow resource an ARN names, for the rules, the
+stack and the run report (which the Notify Lambda imports: nothing here pulls the spec's models).
 
 SageMaker documents no variable that it sets in the container for MlflowConfig (neither the API
 reference, the SageMaker SDK 3.x nor the training toolkit mention one), so the request passes the
@@ -22,11 +23,30 @@ from trainstack_contract.job_names import JobName
 TRACKING_URI = "MLFLOW_TRACKING_URI"
 EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
 
+# The two kinds of SageMaker managed MLflow resource a job may log to, as their ARNs name them.
+MLFLOW_APP = "mlflow-app"  # ...:mlflow-app/<id>
+MLFLOW_TRACKING_SERVER = "mlflow-tracking-server"  # ...:mlflow-tracking-server/<name>
+
 LINEAGE_TAG = "trainstack.lineage"  # the run's 12-hex digest: every job of one run shares it
 TRIAL_TAG = "trainstack.trial"
 SEGMENT_TAG = "trainstack.resume_segment"  # "" for the first segment
 ATTEMPT_TAG = "trainstack.attempt"
 JOB_TAG = "trainstack.training_job"
+
+
+def resource_type(arn: str) -> str:
+    """The resource type of an ARN (`arn:aws:sagemaker:<region>:<account>:<type>/<name>`)."""
+    return arn.split(":", 5)[5].split("/", 1)[0]
+
+
+def resource_name(arn: str) -> str:
+    """What follows the resource type: a tracking server's name (DescribeMlflowTrackingServer's and
+    CreatePresignedMlflowTrackingServerUrl's TrackingServerName), an MLflow App's id."""
+    return arn.split(":", 5)[5].split("/", 1)[1]
+
+
+def is_mlflow_app(arn: str) -> bool:
+    return resource_type(arn) == MLFLOW_APP
 
 
 def run_tags(job_name: str) -> dict[str, str]:

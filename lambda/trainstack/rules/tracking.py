@@ -14,9 +14,8 @@ from trainstack.request import TRACKING_VARIABLES, tracking_server_arn
 from trainstack.rules.problems import Problem
 from trainstack.spec import STACK_TRACKING_SERVER, JobSpec
 from trainstack.stack_context import StackContext
+from trainstack_contract.tracking import MLFLOW_APP, MLFLOW_TRACKING_SERVER, resource_type
 
-MLFLOW_APP = "mlflow-app"  # an MLflow App's ARN: ...:mlflow-app/<id>
-MLFLOW_TRACKING_SERVER = "mlflow-tracking-server"  # a tracking server's: ...:mlflow-tracking-server/<name>
 STACK_SETTING = "mlflow_tracking_server_arn"  # the stack setting (-c) that names the stack's server
 
 
@@ -26,19 +25,11 @@ def is_mlflow_arn(arn: str) -> bool:
     most = member_metadata("MlflowConfig", "MlflowResourceArn")["max"]
     if len(arn) > most or not matches_pattern("MlflowConfig", "MlflowResourceArn", arn):
         return False
-    return _resource_type(arn) in (MLFLOW_APP, MLFLOW_TRACKING_SERVER)
+    return resource_type(arn) in (MLFLOW_APP, MLFLOW_TRACKING_SERVER)
 
 
 def arn_region(arn: str) -> str:
     return arn.split(":")[3]
-
-
-def is_mlflow_app(arn: str) -> bool:
-    return _resource_type(arn) == MLFLOW_APP
-
-
-def _resource_type(arn: str) -> str:
-    return arn.split(":", 5)[5].split("/", 1)[0]
 
 
 def tracking_problems(spec: JobSpec, stack: StackContext | None = None, region: str | None = None) -> list[Problem]:
