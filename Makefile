@@ -55,9 +55,9 @@ lint: synth ## ruff, cfn-lint and checkov over the synthesized template
 	$(VENV)/bin/cfn-lint cdk.out/$(STACK).template.json || test $$? -eq 4  # 4: warnings only (W3005 in CDK's own handlers)
 	$(CHECKOV) -f cdk.out/$(STACK).template.json --framework cloudformation --skip-download --compact --quiet
 
-# Two workers, each file whole on one (its module fixtures, one twin per module, stay shared): on a
-# 2-core machine a clean clone's 932 tests took 14 min 6 s so (2026-11-25; that machine ran every test
-# about twice as fast as the one on which 846 took 29 min 20 s the day before). The ten slowest are listed at the end.
+# Two workers, each file whole on one (its module fixtures, one twin per module, stay shared): CI's
+# clean clone of 938 tests took 920 s for the whole `.ci/run`, installs included (2026-11-25, 2 cores;
+# the day before, on a machine about half as fast, 846 took 1919 s). The ten slowest are listed at the end.
 test: setup system-packages runtimes ## install, then run every test (ruff included)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
