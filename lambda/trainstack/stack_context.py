@@ -31,6 +31,11 @@ class StackContext:
     inter_container_encryption: bool = False
     name_prefix: str = DEFAULT_NAME_PREFIX
     mlflow_tracking_server_arn: str = ""  # the MLflow tracking server (or App) jobs may log to; "" for none
+    # The team queue (AWS Batch service jobs for SageMaker Training), for specs with `queue`; "" for none.
+    job_queue_arn: str = ""
+    queue_shares: tuple[str, ...] = ()  # its fair-share identifiers (the teams)
+    queue_default_share: str = ""  # a spec's share when it names none
+    queue_max_instances: int = 0  # the service environment's cap, in instances
 
     def to_outputs(self) -> dict[str, str]:
         """CloudFormation output name -> value (values may be CDK tokens at synth time)."""
@@ -80,7 +85,7 @@ class _Field:
     name: str
     output: str
     variable: str
-    kind: str = "text"  # text | list (comma-separated) | flag ("true"/"false")
+    kind: str = "text"  # text | list (comma-separated) | flag ("true"/"false") | int
     required: bool = True
 
     def encode(self, value: object) -> str:
@@ -88,6 +93,8 @@ class _Field:
             return ",".join(value)  # type: ignore[arg-type]
         if self.kind == "flag":
             return str(value).lower()
+        if self.kind == "int":
+            return str(value) if value else ""  # 0: unset, so left out as an empty text is
         return str(value)
 
     def decode(self, text: str) -> object:
@@ -95,6 +102,8 @@ class _Field:
             return tuple(part for part in text.split(",") if part)
         if self.kind == "flag":
             return text.strip().lower() == "true"
+        if self.kind == "int":
+            return int(text)
         return text
 
 
@@ -109,6 +118,10 @@ FIELDS = (
     _Field("inter_container_encryption", "InterContainerEncryption", "INTER_CONTAINER_ENCRYPTION", kind="flag", required=False),
     _Field("name_prefix", "NamePrefix", "NAME_PREFIX", required=False),
     _Field("mlflow_tracking_server_arn", "MlflowTrackingServerArn", "MLFLOW_TRACKING_SERVER_ARN", required=False),
+    _Field("job_queue_arn", "JobQueueArn", "JOB_QUEUE_ARN", required=False),
+    _Field("queue_shares", "QueueShares", "QUEUE_SHARES", kind="list", required=False),
+    _Field("queue_default_share", "QueueDefaultShare", "QUEUE_DEFAULT_SHARE", required=False),
+    _Field("queue_max_instances", "QueueMaxInstances", "QUEUE_MAX_INSTANCES", kind="int", required=False),
 )
 
 
