@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainstack.durations import parse_duration
+from trainstack.service_jobs import PRIORITY_MAX, PRIORITY_MIN, SHARE_IDENTIFIER, SHARE_IDENTIFIER_MAX
 from trainstack_contract.health_rules import ACTIONS, RULES, parse_health
 
 Strategy = Literal["ddp", "smddp", "smp", "fsdp"]
@@ -155,6 +156,33 @@ class Tracking(_Strict):
     experiment: str | None = Field(default=None, description="the MLflow experiment; default: the spec's name")
 
 
+class Queue(_Strict):
+    """Submit the job through the stack's team queue (AWS Batch service jobs for SageMaker Training,
+    `-c queue=true`) instead of creating it directly: the queue holds it until its team's share of the
+    instance cap is free, ordering teams by fair share and a team's jobs by priority."""
+
+    share: str | None = Field(
+        default=None, max_length=SHARE_IDENTIFIER_MAX, description="the team (a fair-share identifier of the stack's queue); "
+        "default: the stack's default share"
+    )  # fmt: skip
+    priority: int = Field(
+        default=0, ge=PRIORITY_MIN, le=PRIORITY_MAX, description="0-9999: within the share, higher priorities start first"
+    )
+    max_wait: int = Field(
+        default=72 * 3600, description="duration the job may wait in the queue, e.g. 3d: past it the run fails and its "
+        "service job is terminated (the queue itself ends only a job at its head that cannot get capacity)"
+    )  # fmt: skip
+
+    _duration = field_validator("max_wait", mode="before")(lambda cls, v: parse_duration(v))
+
+    @field_validator("share")
+    @classmethod
+    def _share(cls, value: str | None) -> str | None:
+        if value is not None and not SHARE_IDENTIFIER.match(value):
+            raise ValueError("letters and digits only (a fair-share identifier)")
+        return value
+
+
 class Budget(_Strict):
     max_usd: float = Field(gt=0, description="refuse a run whose worst case (every retry, every trial) costs more")
 
@@ -211,6 +239,9 @@ class JobSpec(_Strict):
     )
     tracking: Tracking | None = Field(
         default=None, description="log each training job as an MLflow run in SageMaker managed MLflow (MlflowConfig)"
+    )
+    queue: Queue | None = Field(
+        default=None, description="submit through the stack's team queue (AWS Batch) instead of creating the job directly"
     )
     force: bool = Field(default=False, description="launch even when the plan says it does not fit or is over budget")
 

@@ -196,8 +196,9 @@ def run_deadline_seconds(spec: JobSpec, trial_count: int) -> int:
     """The longest a run of this spec can legitimately take, end to end: its trials in waves of
     `max_concurrency`, each trial at its worst — Create's retries, every capacity re-creation with
     its wait, then one job that trains for its whole MaxWait (spot) or MaxRuntime on each of
-    SageMaker's own retries and on each restart after its wait (`restarts.max`), and a last poll.
-    Past it, the run is stuck: it fails and its jobs stop."""
+    SageMaker's own retries and on each restart after its wait (`restarts.max`), and a last poll;
+    through the team queue, each of its jobs may also wait there up to `queue.max_wait` (nothing in
+    AWS bounds a wait behind other jobs). Past it, the run is stuck: it fails and its jobs stop."""
     waves = -(-trial_count // max_concurrency(spec))
     job_seconds = (spec.spot.max_wait or spec.max_runtime) if spec.spot.enabled else spec.max_runtime
     capacity_waits = sum(capacity_wait_seconds(attempt) for attempt in range(CAPACITY_RETRIES))
@@ -209,6 +210,7 @@ def run_deadline_seconds(spec: JobSpec, trial_count: int) -> int:
         + (spec.retry_attempts + 1) * (job_seconds + JOB_OVERHEAD_SECONDS)
         + restart_seconds(spec.restarts.max, job_seconds + JOB_OVERHEAD_SECONDS)
         + MAX_POLL_SECONDS
+        + (spec.queue.max_wait * (spec.restarts.max + 1) if spec.queue else 0)
     )
     return waves * per_trial
 

@@ -8,16 +8,16 @@ Framework facts (versions, images, launcher lists, SMP keys, instances) come fro
 The rules live by family: capacity (instances, fallbacks, training plans, pending, EFA, spot),
 distribution (the SDK's distribution dict and its launchers), frameworks (strategy fit, Trainium,
 versions, images), smp (SMP v2's parameters and degrees), api_limits (CreateTrainingJob's limits),
-inputs (sharded channels), tracking (the MLflow server). A spec that passes resolves to a
+inputs (sharded channels), tracking (the MLflow server), queue (the team queue). A spec that passes resolves to a
 `Resolution` (resolution.py). The deployed stack's values (`stack`), where the caller knows them,
-tell which tracking server its jobs may log to.
+tell which tracking server its jobs may log to and which team queue they may wait in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from trainstack.rules import api_limits, capacity, distribution, frameworks, inputs, smp, tracking
+from trainstack.rules import api_limits, capacity, distribution, frameworks, inputs, queue, smp, tracking
 from trainstack.rules.problems import Problem, SpecRejectedError
 from trainstack.rules.resolution import Resolution, resolve
 from trainstack.spec import JobSpec
@@ -67,6 +67,7 @@ def checked(
     problems += api_limits.environment_problems(spec)
     problems += api_limits.channel_name_problems(spec)
     problems += tracking.tracking_problems(spec, stack, region)
+    problems += queue.queue_problems(spec, stack)
     if region is not None:
         problems += frameworks.image_in_region_problems(spec, resolution, region)
     if count_objects is not None:
@@ -87,11 +88,11 @@ def check_or_raise(
 
 
 def _fallback_problems(spec: JobSpec, region: str | None) -> list[Problem]:
-    """Each fallback capacity option must pass the rules as the job's only type. Tracking does not
-    depend on the type: the spec's own check reports it, once."""
+    """Each fallback capacity option must pass the rules as the job's only type. Tracking and the queue
+    do not depend on the type: the spec's own check reports them, once."""
     problems = []
     for index, name in enumerate(spec.capacity_options[1:], start=1):
-        update = {"instance_type": name, "instance_types": None, "max_pending": None, "tracking": None}
+        update = {"instance_type": name, "instance_types": None, "max_pending": None, "tracking": None, "queue": None}
         alternative = spec.model_copy(update=update)
         problems += [
             Problem(f"instance_types[{index}] ({name}): {p.field}", p.value, p.rule, p.fix)
