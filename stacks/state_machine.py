@@ -170,6 +170,7 @@ def _trial(scope: Construct, functions: Mapping[str, lambda_.IFunction]) -> sfn.
         payload=sfn.TaskInput.from_object(
             {
                 "job_name": sfn.JsonPath.string_at("$.job.job_name"),
+                "service_job_id": sfn.JsonPath.string_at("$.job.service_job_id"),  # "" unless queued
                 "poll_seconds": sfn.JsonPath.number_at("$.job.poll_seconds"),
                 "attempts": sfn.JsonPath.list_at("$.attempts"),
                 "restarts": sfn.JsonPath.object_at("$.spec.restarts"),

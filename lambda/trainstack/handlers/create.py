@@ -1,15 +1,20 @@
-"""Create: build the request and create the training job, idempotently."""
+"""Create: build the request and create the training job, idempotently; for a spec with `queue`,
+submit the same request to the team queue as an AWS Batch service job instead."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from trainstack.errors import THROTTLING, CapacityUnavailableError, ThrottledError
 from trainstack.handlers.environment import client, environment
 from trainstack.identity import Run
+from trainstack.service_jobs import submit_arguments
 from trainstack.workflow import next_poll_seconds
+
+if TYPE_CHECKING:
+    from trainstack.spec import JobSpec
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
@@ -18,9 +23,11 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     # cold import leaves them to the first call.
     from trainstack.request import build_request, validate_request
     from trainstack.rules import Resolution, check_or_raise
+    from trainstack.rules.queue import share_of
     from trainstack.spec import parse_spec
 
-    stack = environment().stack
+    env = environment()
+    stack = env.stack
     spec = parse_spec(event["spec"])
     # Validate resolved the spec and checked every rule; an execution started before the deploy that
     # added `resolution` to the payload is checked again here.
@@ -38,6 +45,15 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         execution=event.get("execution"),
     )
     validate_request(request)
+    answer = {"poll_seconds": next_poll_seconds(None, env.first_poll_seconds, env.max_poll_seconds)}
+    if spec.queue is not None:
+        arguments = submit_arguments(request, stack.job_queue_arn, share_of(spec, stack), spec.queue.priority)
+        return {**_submit(client("batch"), arguments), **answer}
+    return {**_create(request, spec), "service_job_id": "", **answer}
+
+
+def _create(request: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
+    """CreateTrainingJob; a job of that name already made (a redelivered event, a redriven execution) is polled."""
     job_name = request["TrainingJobName"]
     created = True
     try:
@@ -55,9 +71,38 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
             raise ThrottledError(f"{job_name}: {message}") from None
         else:
             raise
-    env = environment()
-    return {
-        "job_name": job_name,
-        "created": created,
-        "poll_seconds": next_poll_seconds(None, env.first_poll_seconds, env.max_poll_seconds),
-    }
+    return {"job_name": job_name, "created": created}
+
+
+def _submit(batch: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+    """SubmitServiceJob to the team queue, once per job name: a job of that name already in the queue
+    (a redelivered event, a redriven execution) is polled. The client token (the name) makes Batch
+    refuse a second submission that races this lookup; the lookup after the refusal finds the first."""
+    job_name = arguments["jobName"]
+    found = _queued_job(batch, arguments["jobQueue"], job_name)
+    if found:
+        return {"job_name": job_name, "service_job_id": found, "created": False}
+    try:
+        submitted = batch.submit_service_job(**arguments)
+    except ClientError as error:
+        code, message = error.response["Error"]["Code"], error.response["Error"].get("Message", "")
+        if code in THROTTLING:
+            raise ThrottledError(f"{job_name}: {message}") from None
+        found = _queued_job(batch, arguments["jobQueue"], job_name)
+        if not found:
+            raise
+        return {"job_name": job_name, "service_job_id": found, "created": False}
+    return {"job_name": job_name, "service_job_id": submitted["jobId"], "created": True}
+
+
+def _queued_job(batch: Any, queue_arn: str, job_name: str) -> str:
+    """The id of the queue's service job named `job_name`, or "". ListServiceJobs matches names
+    without regard to case (and, with a trailing *, as a prefix): the exact name is picked out."""
+    pages = batch.get_paginator("list_service_jobs").paginate(
+        jobQueue=queue_arn, filters=[{"name": "JOB_NAME", "values": [job_name]}]
+    )
+    for page in pages:
+        for job in page["jobSummaryList"]:
+            if job["jobName"] == job_name:
+                return job["jobId"]
+    return ""

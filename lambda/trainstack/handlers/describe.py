@@ -1,6 +1,11 @@
 """Describe: the job's status and how long to wait before asking again; for a job that ended, the
 attempt's record and whether to create the trial's job again (a capacity failure, or a failure that
-is not the user's under the spec's `restarts`), after `retry_wait_seconds`."""
+is not the user's under the spec's `restarts`), after `retry_wait_seconds`.
+
+A job submitted to the team queue (`service_job_id`) is followed through its service job: queued,
+it has no training job yet; dispatched, Batch's own training job (named AWSBatch...) says how it
+runs. The service job says when it ended: Batch puts a job that failed for capacity back in the
+queue itself, so the pipeline re-creates nothing for capacity there."""
 
 from __future__ import annotations
 
@@ -12,37 +17,88 @@ from botocore.exceptions import ClientError
 from trainstack.errors import THROTTLING, ThrottledError
 from trainstack.handlers.environment import client, environment
 from trainstack.restarts import CAPACITY_RETRY, RESTART, RestartPolicy, after_job, decided
-from trainstack.workflow import CAPACITY_RETRIES, ENDED, capacity_wait_seconds, next_poll_seconds, restart_wait_seconds, summary
+from trainstack.service_jobs import FINAL, QUEUED, training_job_name
+from trainstack.workflow import (
+    CAPACITY_RETRIES,
+    ENDED,
+    NOT_STARTED,
+    capacity_wait_seconds,
+    next_poll_seconds,
+    restart_wait_seconds,
+    summary,
+)
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    try:
-        description = client("sagemaker").describe_training_job(TrainingJobName=event["job_name"])
-    except ClientError as error:
-        if error.response["Error"]["Code"] in THROTTLING:
-            raise ThrottledError(f"{event['job_name']}: {error.response['Error'].get('Message', '')}") from None
-        raise
+    service_job_id = event.get("service_job_id", "")
+    if service_job_id:
+        description, result = _queued(event["job_name"], service_job_id)
+    else:
+        description = _call(event["job_name"], client("sagemaker").describe_training_job, TrainingJobName=event["job_name"])
+        result = summary(description)
     env = environment()
-    result = summary(description)
     attempts = event.get("attempts", [])
     answer = {
         **result,
+        "service_job_id": service_job_id,
         "poll_seconds": next_poll_seconds(event.get("poll_seconds"), env.first_poll_seconds, env.max_poll_seconds),
         "retry": False,
         "restart": False,
         "attempts": attempts,
     }
-    if result["status"] not in ENDED:
+    if result["status"] not in (*ENDED, NOT_STARTED):
         return answer
     policy = RestartPolicy.from_spec_json(event["restarts"]) if "restarts" in event else RestartPolicy(0, (), (), 0)
     elapsed = (datetime.now(UTC) - _started(event)).total_seconds()
-    answer.update(after_job(description, result, policy, attempts, elapsed, CAPACITY_RETRIES))
+    answer.update(after_job(description, result, policy, attempts, elapsed, 0 if service_job_id else CAPACITY_RETRIES))
     if answer["restart"]:
         answer["retry_wait_seconds"] = restart_wait_seconds(decided(attempts, RESTART), env.first_poll_seconds)
     elif answer["retry"]:
         # 5, 10, 20 minutes; local mode scales it with its shortened poll interval
         answer["retry_wait_seconds"] = capacity_wait_seconds(decided(attempts, CAPACITY_RETRY), env.first_poll_seconds * 5)
     return answer
+
+
+def _queued(job_name: str, service_job_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The training job's description (empty while none was created) and the trial's summary, for a
+    job in the team queue: `job_name` stays trainstack's, `training_job_name` is Batch's."""
+    service_job = _call(job_name, client("batch").describe_service_job, jobId=service_job_id)
+    status = service_job["status"]
+    training_job = training_job_name(service_job)
+    description: dict[str, Any] = {}
+    if training_job:
+        description = _call(job_name, client("sagemaker").describe_training_job, TrainingJobName=training_job)
+        result = summary(description)
+    else:
+        result = summary({"TrainingJobName": job_name, "TrainingJobStatus": NOT_STARTED})
+    if status not in FINAL and (not training_job or result["status"] in ENDED):
+        # Queued; or dispatched, and its training job ended while the service job did not: Batch is
+        # ending it, or requeues it (capacity). Either way the trial waits on the service job.
+        result["status"] = "InProgress"
+        result["secondary_status"] = f"Queued ({status})" if status in QUEUED else f"Service job {status}"
+        result["failure_reason"] = service_job.get("statusReason", "")
+    elif not training_job:  # terminated in the queue (`trainstack stop`, the queue's time limit)
+        result["failure_reason"] = service_job.get("statusReason", "")
+    return description, {
+        **result,
+        "job_name": job_name,
+        "training_job_name": training_job,
+        "queue": {
+            "status": status,
+            "share": service_job.get("shareIdentifier", ""),
+            "priority": service_job.get("schedulingPriority", 0),
+        },
+    }
+
+
+def _call(job_name: str, operation: Any, **arguments: Any) -> dict[str, Any]:
+    """One describe call, a throttled one raised as ThrottledError (the state machine retries it)."""
+    try:
+        return operation(**arguments)
+    except ClientError as error:
+        if error.response["Error"]["Code"] in THROTTLING:
+            raise ThrottledError(f"{job_name}: {error.response['Error'].get('Message', '')}") from None
+        raise
 
 
 def _started(event: dict[str, Any]) -> datetime:

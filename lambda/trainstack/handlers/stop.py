@@ -4,7 +4,8 @@ Only its own: the jobs of this execution's resume segment (`Run.made`) that this
 (their `trainstack:execution` tag). So a late or redriven Stop of a stopped run never stops the jobs
 of the execution that resumed it, and a duplicate execution of a redelivered trigger, which found
 the original's jobs already made, never stops them when it ends. A job without the tag was created
-before jobs carried it: it is stopped as before rather than left running unwatched."""
+before jobs carried it: it is stopped as before rather than left running unwatched. With a team
+queue, the run's service jobs are terminated by the same rule."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from trainstack.handlers.environment import client, environment
 from trainstack.identity import TAG_EXECUTION, Run
+from trainstack.service_jobs import ACTIVE
 from trainstack.workflow import trigger_of
 
 
@@ -36,7 +38,33 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
                 print(f"{ended}: stopped {name}")
             else:
                 print(f"{ended}: left {name} running, created by execution {creator}")
+    if environment().stack.job_queue_arn:
+        stopped += _terminate_service_jobs(run, detail)
     return {"execution": detail.get("executionArn", ""), "stopped": stopped}
+
+
+def _terminate_service_jobs(run: Run, detail: dict[str, Any]) -> list[str]:
+    """The run's service jobs in the team queue, by the same rule: terminating a queued one ends it
+    before any training job is created; a dispatched one, Batch stops its training job (whose AWSBatch
+    name the pass above does not read as this run's)."""
+    batch = client("batch")
+    stack = environment().stack
+    ended = f"{detail['name']} {detail.get('status', 'ended')}"
+    terminated = []
+    for status in ACTIVE:
+        pages = batch.get_paginator("list_service_jobs").paginate(jobQueue=stack.job_queue_arn, jobStatus=status)
+        for job in (job for page in pages for job in page["jobSummaryList"]):
+            if not run.made(job["jobName"], stack.name_prefix):
+                continue
+            tags = batch.describe_service_job(jobId=job["jobId"]).get("tags") or {}
+            creator = tags.get(TAG_EXECUTION) or detail["name"]
+            if creator != detail["name"]:
+                print(f"{ended}: left {job['jobName']} {status} in the queue, submitted by execution {creator}")
+                continue
+            batch.terminate_service_job(jobId=job["jobId"], reason=ended)
+            terminated.append(job["jobName"])
+            print(f"{ended}: terminated {job['jobName']} ({status} in the queue)")
+    return terminated
 
 
 def _creator(sagemaker: Any, job_arn: str) -> str | None:

@@ -1,0 +1,230 @@
+"""Create, Describe and Stop for a spec with `queue`: the calls to AWS Batch's service-job API, asserted
+with botocore's Stubber on the exact calls (the twin runs them end to end: tests/local/test_queue_end_to_end.py)."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+
+from tests.core.specs import DDP
+from trainstack.handlers import create, describe, stop
+from trainstack.handlers.environment import environment, use_client_factory
+from trainstack.identity import Run
+from trainstack.request import build_request
+from trainstack.rules import check_or_raise
+from trainstack.spec import parse_spec
+
+QUEUE_ARN = "arn:aws:batch:us-east-1:123456789012:job-queue/trainstack-queue"
+ENVIRONMENT = {
+    "AWS_REGION": "us-east-1",
+    "EXECUTION_ROLE_ARN": "arn:aws:iam::123456789012:role/exec",
+    "ARTIFACTS_BUCKET": "artifacts",
+    "KEY_ARN": "arn:aws:kms:us-east-1:123456789012:key/k",
+    "SUBNET_IDS": "subnet-1",
+    "SECURITY_GROUP_ID": "sg-1",
+    "SOURCE_S3_URI": "s3://assets/source.tar.gz",
+    "NAME_PREFIX": "trainstack",
+    "TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:topic",
+    "JOB_QUEUE_ARN": QUEUE_ARN,
+    "QUEUE_SHARES": "research,prod",
+    "QUEUE_DEFAULT_SHARE": "research",
+    "QUEUE_MAX_INSTANCES": "4",
+}
+RUN = {"lineage": "s3://b/jobs/x.yaml#v1", "resume": None}
+QUEUED_SPEC = {**DDP, "inputs": {}, "queue": {"share": "prod", "priority": 9000}}
+
+
+@pytest.fixture
+def stubbed(monkeypatch):
+    for key, value in ENVIRONMENT.items():
+        monkeypatch.setenv(key, value)
+    clients = {
+        name: boto3.client(name, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+        for name in ("sagemaker", "batch")
+    }
+    stubbers = {name: Stubber(c) for name, c in clients.items()}
+    use_client_factory(clients.__getitem__)
+    for s in stubbers.values():
+        s.activate()
+    yield stubbers
+    for s in stubbers.values():
+        s.assert_no_pending_responses()
+    use_client_factory(None)
+
+
+def _create_event(spec: dict = QUEUED_SPEC) -> dict:
+    return {"spec": spec, "run": RUN, "trial": {"index": 0, "hyperparameters": {}}, "trial_count": 1, "execution": "exec-1"}
+
+
+def _request(spec: dict = QUEUED_SPEC) -> dict:
+    parsed = parse_spec(spec)
+    resolution = check_or_raise(parsed, stack=environment().stack)
+    return build_request(parsed, resolution, environment().stack, trial=Run(**RUN).trial(), execution="exec-1")
+
+
+def _summary(name: str, job_id: str, status: str = "RUNNABLE") -> dict:
+    return {"jobId": job_id, "jobName": name, "serviceJobType": "SAGEMAKER_TRAINING", "status": status}
+
+
+def _service_job(status: str, training_job: str = "", **extra) -> dict:
+    job = {
+        "jobId": "job-1",
+        "jobName": "trainstack-x",
+        "jobQueue": QUEUE_ARN,
+        "serviceJobType": "SAGEMAKER_TRAINING",
+        "startedAt": 0,
+        "status": status,
+        "shareIdentifier": "prod",
+        "schedulingPriority": 9000,
+        **extra,
+    }
+    if training_job:
+        arn = f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{training_job}"
+        job["latestAttempt"] = {"serviceResourceId": {"name": "TrainingJobArn", "value": arn}}
+    return job
+
+
+def _training_job(name: str, status: str, reason: str = "") -> dict:
+    return {
+        "TrainingJobName": name,
+        "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:1:training-job/{name}",
+        "TrainingJobStatus": status,
+        "SecondaryStatus": "Training" if status == "InProgress" else status,
+        "AlgorithmSpecification": {"TrainingInputMode": "File"},
+        "ModelArtifacts": {"S3ModelArtifacts": ""},
+        "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 30},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 86400},
+        "CreationTime": "2026-01-01",
+        **({"FailureReason": reason} if reason else {}),
+    }
+
+
+def test_create_submits_the_request_it_would_create_as_the_service_jobs_payload_byte_for_byte(stubbed):
+    request = _request()
+    name = request["TrainingJobName"]
+    stubbed["batch"].add_response("list_service_jobs", {"jobSummaryList": []}, {"jobQueue": QUEUE_ARN, "filters": ANY})
+    expected = {
+        "jobName": name,
+        "jobQueue": QUEUE_ARN,
+        "serviceJobType": "SAGEMAKER_TRAINING",
+        "serviceRequestPayload": json.dumps(request),
+        "shareIdentifier": "prod",
+        "schedulingPriority": 9000,
+        "clientToken": name,
+        "tags": {tag["Key"]: tag["Value"] for tag in request["Tags"]},
+    }
+    stubbed["batch"].add_response("submit_service_job", {"jobName": name, "jobId": "job-1"}, expected)
+    result = create.handler(_create_event())
+    assert result["service_job_id"] == "job-1" and result["created"] is True and result["job_name"] == name
+    assert json.loads(expected["serviceRequestPayload"]) == request  # Tags stay in the payload, unlike the SDK's
+
+
+def test_create_polls_the_queued_job_of_the_same_name_on_redelivery(stubbed):
+    name = _request()["TrainingJobName"]
+    listed = [_summary(name.upper(), "other-case"), _summary(name, "job-1")]  # the filter ignores case
+    stubbed["batch"].add_response(
+        "list_service_jobs",
+        {"jobSummaryList": listed},
+        {"jobQueue": QUEUE_ARN, "filters": [{"name": "JOB_NAME", "values": [name]}]},
+    )
+    result = create.handler(_create_event())  # the stub refuses any submit_service_job
+    assert result["service_job_id"] == "job-1" and result["created"] is False
+
+
+def test_create_after_batch_refuses_a_repeated_client_token_polls_the_first_submission(stubbed):
+    name = _request()["TrainingJobName"]
+    stubbed["batch"].add_response("list_service_jobs", {"jobSummaryList": []})
+    stubbed["batch"].add_client_error("submit_service_job", service_error_code="ClientException", service_message="repeated")
+    stubbed["batch"].add_response("list_service_jobs", {"jobSummaryList": [_summary(name, "job-1")]})
+    assert create.handler(_create_event())["service_job_id"] == "job-1"
+
+
+def test_create_submits_under_the_stacks_default_share_when_the_spec_names_none(stubbed):
+    spec = {**QUEUED_SPEC, "queue": {}}
+    name = _request(spec)["TrainingJobName"]
+    stubbed["batch"].add_response("list_service_jobs", {"jobSummaryList": []})
+    stubbed["batch"].add_response(
+        "submit_service_job",
+        {"jobName": name, "jobId": "job-2"},
+        {**{key: ANY for key in ("jobName", "jobQueue", "serviceJobType", "serviceRequestPayload", "clientToken", "tags")},
+         "shareIdentifier": "research", "schedulingPriority": 0},
+    )  # fmt: skip
+    assert create.handler(_create_event(spec))["service_job_id"] == "job-2"
+
+
+def test_create_of_a_spec_without_queue_creates_the_training_job_and_names_no_service_job(stubbed):
+    spec = {**DDP, "inputs": {}}
+    stubbed["sagemaker"].add_response("create_training_job", {"TrainingJobArn": "arn:aws:sagemaker:us-east-1:1:training-job/x"})
+    assert create.handler(_create_event(spec))["service_job_id"] == ""
+
+
+def test_describe_reports_a_queued_job_in_progress_with_its_state_share_and_priority(stubbed):
+    stubbed["batch"].add_response("describe_service_job", _service_job("RUNNABLE"), {"jobId": "job-1"})
+    result = describe.handler({"job_name": "trainstack-x", "service_job_id": "job-1", "poll_seconds": 60})
+    assert (result["status"], result["secondary_status"]) == ("InProgress", "Queued (RUNNABLE)")
+    assert result["queue"] == {"status": "RUNNABLE", "share": "prod", "priority": 9000}
+    assert result["training_job_name"] == "" and result["service_job_id"] == "job-1"
+
+
+def test_describe_follows_a_dispatched_job_through_the_training_job_batch_created(stubbed):
+    renamed = "AWSBatchtrainstack-x88b610a69aa8380ca5b0a7aba3f81cb8"
+    stubbed["batch"].add_response("describe_service_job", _service_job("RUNNING", renamed))
+    stubbed["sagemaker"].add_response("describe_training_job", _training_job(renamed, "InProgress"), {"TrainingJobName": renamed})
+    result = describe.handler({"job_name": "trainstack-x", "service_job_id": "job-1", "poll_seconds": 60})
+    assert (result["status"], result["secondary_status"]) == ("InProgress", "Training")
+    assert (result["job_name"], result["training_job_name"]) == ("trainstack-x", renamed)
+
+
+def test_describe_waits_on_a_job_batch_requeues_after_a_capacity_failure_and_recreates_nothing(stubbed):
+    renamed = "AWSBatchtrainstack-x88b610a69aa8380ca5b0a7aba3f81cb8"
+    stubbed["batch"].add_response("describe_service_job", _service_job("RUNNABLE", renamed))
+    failed = _training_job(renamed, "Failed", "CapacityError: Unable to provision requested ML compute capacity.")
+    stubbed["sagemaker"].add_response("describe_training_job", failed)
+    result = describe.handler({"job_name": "trainstack-x", "service_job_id": "job-1", "poll_seconds": 60, "attempts": []})
+    assert (result["status"], result["retry"], result["attempts"]) == ("InProgress", False, [])
+
+
+def test_describe_reports_a_job_terminated_in_the_queue_not_started_with_batchs_reason(stubbed):
+    reason = "Terminated by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+    stubbed["batch"].add_response("describe_service_job", _service_job("FAILED", isTerminated=True, statusReason=reason))
+    result = describe.handler({"job_name": "trainstack-x", "service_job_id": "job-1", "poll_seconds": 60, "attempts": []})
+    assert (result["status"], result["failure_reason"], result["retry"]) == ("NotStarted", reason, False)
+    assert result["attempts"][0]["status"] == "NotStarted"
+
+
+def test_describe_restarts_a_queued_job_whose_training_failed_not_for_the_users_reasons(stubbed):
+    renamed = "AWSBatchtrainstack-x88b610a69aa8380ca5b0a7aba3f81cb8"
+    stubbed["batch"].add_response("describe_service_job", _service_job("FAILED", renamed))
+    failed = _training_job(renamed, "Failed", "AlgorithmError: rank 1: StepTimeout: no optimizer step completed for 312 s")
+    stubbed["sagemaker"].add_response("describe_training_job", failed)
+    restarts = {"max": 3, "on": ["infrastructure"], "exit_codes": [], "within": 172800}
+    event = {"job_name": "trainstack-x", "service_job_id": "job-1", "poll_seconds": 60, "attempts": [], "restarts": restarts}
+    result = describe.handler(event)  # the restart's new attempt is a new service job (Create, attempt + 1)
+    assert (result["status"], result["restart"]) == ("Failed", True)
+
+
+def test_stop_terminates_this_runs_service_jobs_and_leaves_other_runs_and_executions(stubbed):
+    digest = Run("s3://b/jobs/x.yaml#v1").digest
+    ours, theirs, other_run = f"trainstack-x-{digest}", f"trainstack-x-{digest}-a1", "trainstack-x-0123456789ab"
+    stubbed["sagemaker"].add_response("list_training_jobs", {"TrainingJobSummaries": []})
+    for status in ("SUBMITTED", "PENDING", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING"):
+        listed = (
+            [_summary(ours, "job-1"), _summary(theirs, "job-2"), _summary(other_run, "job-3")] if status == "RUNNABLE" else []
+        )
+        stubbed["batch"].add_response(
+            "list_service_jobs", {"jobSummaryList": listed}, {"jobQueue": QUEUE_ARN, "jobStatus": status}
+        )
+        if listed:
+            stubbed["batch"].add_response(
+                "describe_service_job", _service_job("RUNNABLE", tags={"trainstack:execution": "exec-1"})
+            )
+            stubbed["batch"].add_response("terminate_service_job", {}, {"jobId": "job-1", "reason": "exec-1 ABORTED"})
+            stubbed["batch"].add_response(
+                "describe_service_job", _service_job("RUNNABLE", tags={"trainstack:execution": "other"})
+            )
+    event_input = {"detail": {"bucket": {"name": "b"}, "object": {"key": "jobs/x.yaml", "version-id": "v1"}}}
+    result = stop.handler({"detail": {"input": json.dumps(event_input), "name": "exec-1", "status": "ABORTED"}})
+    assert result["stopped"] == [ours]
