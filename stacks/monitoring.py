@@ -28,6 +28,7 @@ from trainstack.run_report import (
     RUN_METRICS_NAMESPACE,
     STEPS_LOST_METRIC,
 )
+from trainstack.service_jobs import batch_training_job_prefix
 from trainstack_contract.job_names import training_job_name_prefix
 from trainstack_contract.metric_lines import LOSS, MFU, TOKENS_PER_SEC
 
@@ -55,9 +56,12 @@ def notify_on_first(
 class TrainingMonitoring(Construct):
     """Exposes `topic`; `watch(state_machine)` adds the alarms."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, key: kms.IKey, name_prefix: str) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, key: kms.IKey, name_prefix: str, queue: bool = False) -> None:
         super().__init__(scope, construct_id)
         self.name_prefix = name_prefix
+        # Training job names to watch: the stack's own, and with the team queue Batch's, which it
+        # names AWSBatch<job name><attempt>.
+        self.job_prefixes = [training_job_name_prefix(name_prefix)] + ([batch_training_job_prefix(name_prefix)] if queue else [])
         self.topic = sns.Topic(self, "Topic", display_name=f"{name_prefix} training runs", master_key=key, enforce_ssl=True)
         # CloudWatch alarms publish to the encrypted topic only if they may use the key; aws:SourceAccount
         # keeps another account's alarms from using it through CloudWatch (the confused deputy).
@@ -94,7 +98,7 @@ class TrainingMonitoring(Construct):
                 detail_type=["SageMaker Training Job State Change"],
                 detail={
                     "TrainingJobStatus": ["Failed"],
-                    "TrainingJobName": [{"prefix": training_job_name_prefix(self.name_prefix)}],
+                    "TrainingJobName": [{"prefix": prefix} for prefix in self.job_prefixes],
                 },
             ),
             targets=[targets.SnsTopic(self.topic, **delivery(dead_letter_queue))],

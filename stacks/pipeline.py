@@ -10,7 +10,7 @@ An execution that is aborted, times out or fails stops the training jobs it star
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_events as events
@@ -28,6 +28,7 @@ from stacks.lambda_asset import LAMBDA_PYTHON, build_lambda_asset
 from stacks.log_groups import encrypted_log_group
 from stacks.monitoring import notify_on_first
 from stacks.pipeline_acknowledgements import acknowledge_pipeline
+from stacks.queue import TeamQueue
 from stacks.roles import ManagedPolicyRole
 from stacks.state_machine import StateMachineProps, build_state_machine
 from trainstack.handlers.environment import lambda_variables
@@ -54,10 +55,11 @@ class JobDefaults:
     entry_s3_uri: str = ""
     inter_container_encryption: bool = False
     mlflow_tracking_server_arn: str = ""  # the tracking server (or MLflow App) jobs may log to; "" for none
+    queue: TeamQueue | None = None  # the team queue specs with `queue` are submitted to; None for none
 
     def context(self, region: str, name_prefix: str) -> StackContext:
         """The StackContext these constructs give jobs (tokens until deploy)."""
-        return StackContext(
+        context = StackContext(
             region=region,
             role_arn=self.execution_role.role_arn,
             artifacts_bucket=self.artifacts_bucket.bucket_name,
@@ -69,6 +71,15 @@ class JobDefaults:
             inter_container_encryption=self.inter_container_encryption,
             name_prefix=name_prefix,
             mlflow_tracking_server_arn=self.mlflow_tracking_server_arn,
+        )
+        if self.queue is None:
+            return context
+        return replace(
+            context,
+            job_queue_arn=self.queue.job_queue_arn,
+            queue_shares=self.queue.shares,
+            queue_default_share=self.queue.default_share,
+            queue_max_instances=self.queue.max_instances,
         )
 
 
@@ -125,6 +136,15 @@ class TrainingPipeline(Construct):
             iam.PolicyStatement(actions=["sagemaker:StopTrainingJob", "sagemaker:ListTags"], resources=[jobs_arn])
         )
         stop_role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:ListTrainingJobs"], resources=["*"]))
+        if defaults.queue:
+            # A queued job is submitted to Batch, whose service-linked role then calls CreateTrainingJob.
+            # The PassRole above also covers SubmitServiceJob's (the payload passes the execution role to
+            # sagemaker.amazonaws.com). The service-linked role needs no key grant: SageMaker asks the
+            # caller for kms:CreateGrant only where the execution role may not create the volume
+            # key's grant itself, and it may (stacks/roles.py, VolumeKeyGrants).
+            defaults.queue.grant_submit(create_role)
+            defaults.queue.grant_describe(self.functions["describe"].role)
+            defaults.queue.grant_terminate(stop_role)
         topic.grant_publish(self.functions["notify"])
 
         self.state_machine = build_state_machine(
@@ -144,6 +164,7 @@ class TrainingPipeline(Construct):
             dead_letters=self.dead_letters,
             jobs_arn=jobs_arn,
             trigger_bucket=trigger_bucket,
+            queue=defaults.queue,
         )
 
     def _function(self, name: str, code: lambda_.Code, environment: dict[str, str]) -> lambda_.Function:

@@ -16,9 +16,18 @@ from constructs import Construct
 
 from stacks.compliance import acknowledge, in_every_pack, nag_resource, skip_checkov
 from stacks.lambda_asset import LAMBDA_PYTHON
+from stacks.queue import TeamQueue
 
 KEY_GRANTS = "CDK's key grants for the encrypted bucket, topic and environment."
 TRIGGER_BUCKET_READ = "CDK's bucket grant: read job specs and data-drop specs in the trigger bucket."
+UNSCOPED = "X-Ray trace segments (and, for stop, sagemaker:ListTrainingJobs) support only resource '*'."
+# What each function calls on the team queue that supports no resource type (Service Authorization Reference).
+QUEUE_UNSCOPED = {
+    "create": "batch:ListServiceJobs (finding a job already submitted under its name)",
+    "describe": "batch:DescribeServiceJob",
+    "stop": "batch:ListServiceJobs and batch:DescribeServiceJob (finding the run's queued jobs)",
+}
+SERVICE_JOBS = "Batch assigns each service job's id at submission, so no narrower ARN names the jobs to come."
 
 
 def acknowledge_pipeline(
@@ -29,6 +38,7 @@ def acknowledge_pipeline(
     dead_letters: sqs.IQueue,
     jobs_arn: str,
     trigger_bucket: s3.IBucket,
+    queue: TeamQueue | None = None,
 ) -> None:
     """Record every exception the pipeline in `scope` takes from cdk-nag's packs and from checkov."""
     acknowledge(
@@ -42,11 +52,11 @@ def acknowledge_pipeline(
     )
     for name, function in functions.items():
         skip_checkov(function, *_checkov_skips(name))
+        unscoped = UNSCOPED
+        if queue is not None and name in QUEUE_UNSCOPED:
+            unscoped += f" With the team queue, so does {QUEUE_UNSCOPED[name]}."
         findings = [
-            (
-                "AwsSolutions-IAM5[Resource::*]",
-                "X-Ray trace segments (and, for stop, sagemaker:ListTrainingJobs) support only resource '*'.",
-            ),
+            ("AwsSolutions-IAM5[Resource::*]", unscoped),
             (
                 f"AwsSolutions-IAM5[Resource::{nag_resource(scope, jobs_arn)}]",
                 "Scoped to training jobs named with this stack's prefix; names are derived per run.",
@@ -67,6 +77,8 @@ def acknowledge_pipeline(
                     "Job specs and data drops may be anywhere under jobs/ and datasets/ in the trigger bucket.",
                 ),
             ]
+        if queue is not None:
+            findings += _queue_findings(scope, name, queue)
         acknowledge(function.role, *findings)
         acknowledge(function, *_lambda_decisions(name))
     acknowledge(
@@ -83,6 +95,25 @@ def acknowledge_pipeline(
             for f in functions.values()
         ),
     )
+
+
+def _queue_findings(scope: Construct, name: str, queue: TeamQueue) -> list[tuple[str, str]]:
+    """The wildcard resources of a function's grants on the team queue (stacks/queue.py)."""
+    service_jobs = f"AwsSolutions-IAM5[Resource::{nag_resource(scope, queue.service_jobs_arn)}]"
+    if name == "create":
+        return [
+            (service_jobs, f"SubmitServiceJob and TagResource create tagged service jobs in this stack's queue. {SERVICE_JOBS}")
+        ]
+    if name == "stop":
+        return [(service_jobs, f"TerminateServiceJob ends the service jobs of a run that ended early. {SERVICE_JOBS}")]
+    if name == "describe":
+        return [
+            (
+                f"AwsSolutions-IAM5[Resource::{nag_resource(scope, queue.training_jobs_arn)}]",
+                "Scoped to the training jobs Batch creates from this stack's queue (AWSBatch<prefix>-...), named per run.",
+            )
+        ]
+    return []
 
 
 def _checkov_skips(name: str) -> list[tuple[str, str]]:

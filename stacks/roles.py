@@ -11,6 +11,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from stacks.compliance import acknowledge, nag_resource, skip_checkov
+from stacks.queue import TeamQueue
 from stacks.source_bundle import TrainingSource
 from stacks.storage import TrainingStorage
 from trainstack import facts
@@ -107,8 +108,8 @@ class TrainingRoles(Construct):
 
     With `name_prefix`, only training jobs named with the stack's prefix may assume the role (the
     prefix the pipeline's IAM scoping and job names share); without it, any training job of this
-    account and region. With `mlflow_tracking_server_arn`, jobs may log their runs to that one MLflow
-    tracking server or App.
+    account and region. With `queue`, the training jobs Batch creates for the team queue too. With
+    `mlflow_tracking_server_arn`, jobs may log their runs to that one MLflow tracking server or App.
     """
 
     def __init__(
@@ -120,6 +121,7 @@ class TrainingRoles(Construct):
         source: TrainingSource,
         image_repository: ecr.IRepository | None = None,
         name_prefix: str | None = None,
+        queue: TeamQueue | None = None,
         mlflow_tracking_server_arn: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -131,10 +133,12 @@ class TrainingRoles(Construct):
             resource="training-job",
             resource_name=f"{training_job_name_prefix(name_prefix)}*" if name_prefix else "*",
         )
+        # Batch names the training jobs it creates from the queue AWSBatch<prefix>-..., outside that prefix.
+        source_arns = [training_jobs, queue.training_jobs_arn] if queue else training_jobs
         role = ManagedPolicyRole(
             self,
             "SageMakerExecution",
-            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com", conditions={"ArnLike": {"aws:SourceArn": training_jobs}}),
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com", conditions={"ArnLike": {"aws:SourceArn": source_arns}}),
             description="Runs trainstack training jobs: reads datasets and code, writes models, checkpoints and logs",
         )
         self.execution_role = role

@@ -35,6 +35,14 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
 AZ_ID_PATTERN = re.compile(r"^[a-z]{2,4}\d-az\d{1,2}$")
 ACCOUNT_PATTERN = re.compile(r"^\d{12}$")
 REGION_PATTERN = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+# A fair-share identifier (CreateSchedulingPolicy's shareIdentifier): up to 255 letters and digits.
+# Batch's trailing `*` (one entry for every share so prefixed) is left out: a spec names its share exactly.
+SHARE_PATTERN = re.compile(r"[A-Za-z0-9]{1,255}")
+# ShareAttributes.weightFactor: a share's usage counts this many times over, so a lower weight gets more.
+SHARE_WEIGHT_MIN, SHARE_WEIGHT_MAX = 0.0001, 999.9999
+SHARES_EXPECTED = 'expected at least one share and its weight: {"research": 1, "prod": 0.5} or research:1,prod:0.5'
+# A job queue's RUNNABLE time limit (JobStateTimeLimitAction.maxTimeSeconds).
+CAPACITY_WAIT_MIN_SECONDS, CAPACITY_WAIT_MAX_SECONDS = 600, 86400
 
 
 class SettingsError(ValueError):
@@ -66,6 +74,15 @@ class StackSettings:
     # The SageMaker managed MLflow tracking server (or MLflow App) jobs may log to (`tracking` in a
     # spec): the execution role may log to it and the VPC gets an endpoint to reach it (~$7.30/month per AZ).
     mlflow_tracking_server_arn: str | None = None
+    # The team queue (AWS Batch service jobs for SageMaker Training): specs with `queue` wait in it
+    # for their share of `queue_max_instances` instances (no charge for the queue itself).
+    queue: bool = False
+    queue_max_instances: int = 8
+    queue_shares: tuple[tuple[str, float], ...] = (("default", 1.0),)  # (share identifier, weight), in order
+    queue_default_share: str = "default"  # a spec's share when it names none; unless set, the first of queue_shares
+    # How long the job at the head of the queue may wait for capacity (or for instances beyond the
+    # cap) before Batch ends it; time in SCHEDULED while SageMaker finds capacity counts too.
+    queue_capacity_wait_seconds: int = 3600
 
     @property
     def environment_agnostic(self) -> bool:
@@ -111,7 +128,7 @@ class StackSettings:
             values["availability_zone_ids"] = az_ids
         if "subnet_count" in raw:
             values["subnet_count"] = _integer("subnet_count", raw["subnet_count"], low=1, high=6)
-        for flag in ("nat_gateway", "inter_container_encryption", "build_training_image", "dashboard"):
+        for flag in ("nat_gateway", "inter_container_encryption", "build_training_image", "dashboard", "queue"):
             if flag in raw:
                 values[flag] = _boolean(flag, raw[flag])
         if "interface_endpoints" in raw:
@@ -151,6 +168,20 @@ class StackSettings:
                     "or ...:mlflow-app/<id>",
                 )
             values[STACK_SETTING] = arn
+        if "queue_max_instances" in raw:
+            values["queue_max_instances"] = _integer("queue_max_instances", raw["queue_max_instances"], low=1)
+        if "queue_shares" in raw:
+            values["queue_shares"] = _shares("queue_shares", raw["queue_shares"])
+            values["queue_default_share"] = values["queue_shares"][0][0]
+        if "queue_default_share" in raw:
+            values["queue_default_share"] = str(raw["queue_default_share"]).strip()
+        if "queue_capacity_wait_seconds" in raw:
+            values["queue_capacity_wait_seconds"] = _integer(
+                "queue_capacity_wait_seconds",
+                raw["queue_capacity_wait_seconds"],
+                low=CAPACITY_WAIT_MIN_SECONDS,
+                high=CAPACITY_WAIT_MAX_SECONDS,
+            )
         settings = cls(**values)
         settings._check_consistency(explicit_subnet_count="subnet_count" in raw)
         return settings
@@ -182,6 +213,9 @@ class StackSettings:
                 self.mlflow_tracking_server_arn,
                 f"the server must be in the stack's region ({self.region}): jobs reach it through the VPC endpoint there",
             )
+        shares = [share for share, _ in self.queue_shares]
+        if self.queue_default_share not in shares:
+            raise SettingsError("queue_default_share", self.queue_default_share, f"must be one of queue_shares {shares}")
         if self.environment_agnostic and self.subnet_count > 2:
             raise SettingsError(
                 "subnet_count",
@@ -211,16 +245,59 @@ def _boolean(setting: str, value: Any) -> bool:
     raise SettingsError(setting, value, "expected true or false")
 
 
-def _integer(setting: str, value: Any, *, low: int, high: int) -> int:
+def _integer(setting: str, value: Any, *, low: int, high: int | None = None) -> int:
+    expected = (
+        f"expected a whole number from {low} to {high}" if high is not None else f"expected a whole number of at least {low}"
+    )
     if isinstance(value, bool):
-        raise SettingsError(setting, value, f"expected a whole number from {low} to {high}")
+        raise SettingsError(setting, value, expected)
     try:
         number = int(str(value).strip())
     except ValueError:
-        raise SettingsError(setting, value, f"expected a whole number from {low} to {high}") from None
-    if not low <= number <= high:
-        raise SettingsError(setting, value, f"expected a whole number from {low} to {high}")
+        raise SettingsError(setting, value, expected) from None
+    if number < low or (high is not None and number > high):
+        raise SettingsError(setting, value, expected)
     return number
+
+
+def _shares(setting: str, value: Any) -> tuple[tuple[str, float], ...]:
+    """Share identifiers and their weights, in order: a JSON object from cdk.json, or from `-c` a JSON
+    object string or `name:weight,name:weight` (a name alone weighs 1, Batch's default)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("{"):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                raise SettingsError(setting, value, SHARES_EXPECTED) from None
+        else:
+            value = {}
+            for part in filter(None, (part.strip() for part in text.split(","))):
+                name, separator, weight = (item.strip() for item in part.partition(":"))
+                if name in value:
+                    raise SettingsError(setting, text, f"share {name} appears twice; name each share once")
+                value[name] = weight if separator else 1
+    if not isinstance(value, dict) or not value:
+        raise SettingsError(setting, value, SHARES_EXPECTED)
+    shares = []
+    for name, weight in value.items():
+        if not SHARE_PATTERN.fullmatch(str(name)):
+            raise SettingsError(setting, name, "a share identifier is 1-255 letters and digits")
+        shares.append((str(name), _weight(setting, str(name), weight)))
+    return tuple(shares)
+
+
+def _weight(setting: str, share: str, value: Any) -> float:
+    expected = f"share {share}'s weight must be a number from {SHARE_WEIGHT_MIN} to {SHARE_WEIGHT_MAX} (lower gets more)"
+    if isinstance(value, bool):
+        raise SettingsError(setting, value, expected)
+    try:
+        weight = float(str(value).strip())
+    except ValueError:
+        raise SettingsError(setting, value, expected) from None
+    if not SHARE_WEIGHT_MIN <= weight <= SHARE_WEIGHT_MAX:  # also refuses nan
+        raise SettingsError(setting, value, expected)
+    return weight
 
 
 def _string_list(setting: str, value: Any) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from stacks.image import TrainingImage
 from stacks.monitoring import TrainingMonitoring
 from stacks.network import TrainingNetwork
 from stacks.pipeline import JobDefaults, TrainingPipeline
+from stacks.queue import TeamQueue
 from stacks.roles import TrainingRoles
 from stacks.settings import StackSettings
 from stacks.source_bundle import TrainingSource
@@ -66,6 +67,19 @@ class TrainingStack(Stack):
             if settings.build_training_image and settings.region
             else None
         )
+        self.queue = (
+            TeamQueue(
+                self,
+                "TeamQueue",
+                name_prefix=settings.name_prefix,
+                shares=dict(settings.queue_shares),
+                default_share=settings.queue_default_share,
+                max_instances=settings.queue_max_instances,
+                capacity_wait_seconds=settings.queue_capacity_wait_seconds,
+            )
+            if settings.queue
+            else None
+        )
         self.roles = TrainingRoles(
             self,
             "Roles",
@@ -73,10 +87,13 @@ class TrainingStack(Stack):
             source=self.source,
             image_repository=self.image.asset.repository if self.image else None,
             name_prefix=settings.name_prefix,
+            queue=self.queue,
             mlflow_tracking_server_arn=settings.mlflow_tracking_server_arn,
         )
 
-        self.monitoring = TrainingMonitoring(self, "Monitoring", key=self.storage.key, name_prefix=settings.name_prefix)
+        self.monitoring = TrainingMonitoring(
+            self, "Monitoring", key=self.storage.key, name_prefix=settings.name_prefix, queue=self.queue is not None
+        )
         self.pipeline = TrainingPipeline(
             self,
             "Pipeline",
@@ -92,6 +109,7 @@ class TrainingStack(Stack):
                 entry_s3_uri=self.source.entry_s3_uri,
                 inter_container_encryption=settings.inter_container_encryption,
                 mlflow_tracking_server_arn=settings.mlflow_tracking_server_arn or "",
+                queue=self.queue,
             ),
             topic=self.monitoring.topic,
             log_retention_days=settings.log_retention_days,

@@ -1,0 +1,277 @@
+"""`-c queue=true`: the team queue (AWS Batch service jobs for SageMaker Training), what the stack
+publishes of it, the pipeline's permissions on it and the execution role's trust in the jobs Batch
+creates; cdk-nag and the checkers stay clean and the queue costs nothing idle. Without the setting,
+none of it exists."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.synth import Synthesized, synthesize
+from tools.idle_cost import DEFAULT_PRICES, idle_cost
+from trainstack.service_jobs import TIME_LIMIT_REASONS
+from trainstack.stack_context import FIELDS
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKOV = Path(os.environ.get("CHECKOV", ROOT / ".venv-checkov" / "bin" / "checkov"))
+QUEUE_OUTPUTS = ("JobQueueArn", "QueueShares", "QueueDefaultShare", "QueueMaxInstances")
+QUEUE_VARIABLES = ("JOB_QUEUE_ARN", "QUEUE_SHARES", "QUEUE_DEFAULT_SHARE", "QUEUE_MAX_INSTANCES")
+
+
+@pytest.fixture(scope="session")
+def queue_stack() -> Synthesized:
+    return synthesize(queue=True, queue_shares="research:1,prod:0.5", queue_max_instances=16, queue_capacity_wait_seconds=7200)
+
+
+def _one(stack: Synthesized, resource_type: str) -> tuple[str, dict[str, Any]]:
+    ((logical_id, resource),) = stack.resources(resource_type).items()
+    return logical_id, resource["Properties"]
+
+
+def _arn(resource: str) -> dict[str, Any]:
+    """An ARN of this environment-agnostic stack, as CDK's format_arn renders it."""
+    service, _, path = resource.partition(":")
+    return {
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                f":{service}:",
+                {"Ref": "AWS::Region"},
+                ":",
+                {"Ref": "AWS::AccountId"},
+                f":{path}",
+            ],
+        ]
+    }
+
+
+SERVICE_JOBS = _arn("batch:service-job/*")
+BATCH_TRAINING_JOBS = _arn("sagemaker:training-job/AWSBatchtrainstack-*")
+STACK_TRAINING_JOBS = _arn("sagemaker:training-job/trainstack-*")
+
+
+def _as_list(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def _grants(stack: Synthesized, role: str) -> list[tuple[str, str]]:
+    """(action, resource as JSON) for every Allow in the pipeline role's managed policy."""
+    (policy,) = [
+        p for logical_id, p in stack.resources("AWS::IAM::ManagedPolicy").items() if logical_id.startswith(f"Pipeline{role}Role")
+    ]
+    return [
+        (action, json.dumps(resource, sort_keys=True))
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Effect"] == "Allow"
+        for action in _as_list(statement["Action"])
+        for resource in _as_list(statement["Resource"])
+    ]
+
+
+def _resources_of(stack: Synthesized, role: str, action: str) -> list[Any]:
+    return sorted((json.loads(resource) for granted, resource in _grants(stack, role) if granted == action), key=json.dumps)
+
+
+def _key(value: Any) -> list[Any]:
+    return sorted(value, key=json.dumps)
+
+
+def test_the_service_environment_caps_the_instances_the_queue_runs_at_once(queue_stack):
+    _, environment = _one(queue_stack, "AWS::Batch::ServiceEnvironment")
+    assert environment["ServiceEnvironmentType"] == "SAGEMAKER_TRAINING"
+    assert environment["ServiceEnvironmentName"] == "trainstack-training"
+    assert environment["CapacityLimits"] == [{"CapacityUnit": "NUM_INSTANCES", "MaxCapacity": 16}]
+
+
+def test_the_scheduling_policy_is_fair_share_with_one_weighted_share_per_team(queue_stack):
+    _, policy = _one(queue_stack, "AWS::Batch::SchedulingPolicy")
+    assert policy["Name"] == "trainstack-fairshare"
+    assert policy["FairsharePolicy"]["ShareDistribution"] == [
+        {"ShareIdentifier": "research", "WeightFactor": 1},
+        {"ShareIdentifier": "prod", "WeightFactor": 0.5},
+    ]
+
+
+def test_the_job_queue_holds_sagemaker_training_jobs_on_the_environment_under_the_policy(queue_stack):
+    environment_id, _ = _one(queue_stack, "AWS::Batch::ServiceEnvironment")
+    policy_id, _ = _one(queue_stack, "AWS::Batch::SchedulingPolicy")
+    _, queue = _one(queue_stack, "AWS::Batch::JobQueue")
+    assert (queue["JobQueueName"], queue["JobQueueType"]) == ("trainstack-queue", "SAGEMAKER_TRAINING")
+    assert queue["ServiceEnvironmentOrder"] == [
+        {"Order": 1, "ServiceEnvironment": {"Fn::GetAtt": [environment_id, "ServiceEnvironmentArn"]}}
+    ]
+    assert queue["SchedulingPolicyArn"] == {"Fn::GetAtt": [policy_id, "Arn"]}
+
+
+def test_a_job_at_the_head_is_terminated_after_the_capacity_wait_for_either_reason(queue_stack):
+    _, queue = _one(queue_stack, "AWS::Batch::JobQueue")
+    assert queue["JobStateTimeLimitActions"] == [
+        {"Action": "TERMINATE", "State": "RUNNABLE", "Reason": reason, "MaxTimeSeconds": 7200} for reason in TIME_LIMIT_REASONS
+    ]
+
+
+def test_the_stack_leaves_the_service_linked_role_to_batch(queue_stack):
+    # Batch creates AWSServiceRoleForAWSBatchWithSagemaker with the first service environment; a
+    # template that created it would fail in every account that already has it.
+    assert queue_stack.resources("AWS::IAM::ServiceLinkedRole") == {}
+
+
+def test_the_outputs_publish_the_queue_its_shares_default_share_and_cap(queue_stack):
+    queue_id, _ = _one(queue_stack, "AWS::Batch::JobQueue")
+    outputs = {name: queue_stack.json["Outputs"][name]["Value"] for name in QUEUE_OUTPUTS}
+    assert outputs == {
+        "JobQueueArn": {"Fn::GetAtt": [queue_id, "JobQueueArn"]},
+        "QueueShares": "research,prod",
+        "QueueDefaultShare": "research",
+        "QueueMaxInstances": "16",
+    }
+
+
+def test_with_the_queue_the_stack_outputs_every_value_but_the_tracking_servers(queue_stack):
+    expected = {spec.output for spec in FIELDS if spec.name != "mlflow_tracking_server_arn"}
+    assert expected <= set(queue_stack.json["Outputs"])
+
+
+def test_every_pipeline_lambda_knows_the_queue(queue_stack):
+    queue_id, _ = _one(queue_stack, "AWS::Batch::JobQueue")
+    functions = [
+        f
+        for f in queue_stack.resources("AWS::Lambda::Function").values()
+        if f["Properties"].get("Handler", "").startswith("trainstack.handlers.")
+    ]
+    assert len(functions) == 5
+    for function in functions:
+        variables = function["Properties"]["Environment"]["Variables"]
+        assert {name: variables[name] for name in QUEUE_VARIABLES} == {
+            "JOB_QUEUE_ARN": {"Fn::GetAtt": [queue_id, "JobQueueArn"]},
+            "QUEUE_SHARES": "research,prod",
+            "QUEUE_DEFAULT_SHARE": "research",
+            "QUEUE_MAX_INSTANCES": "16",
+        }
+
+
+def test_create_may_submit_tagged_service_jobs_to_this_queue_only_and_find_them_by_name(queue_stack):
+    queue_id, _ = _one(queue_stack, "AWS::Batch::JobQueue")
+    assert _resources_of(queue_stack, "Create", "batch:SubmitServiceJob") == _key(
+        [{"Fn::GetAtt": [queue_id, "JobQueueArn"]}, SERVICE_JOBS]
+    )
+    assert _resources_of(queue_stack, "Create", "batch:TagResource") == [SERVICE_JOBS]
+    assert _resources_of(queue_stack, "Create", "batch:ListServiceJobs") == ["*"]  # supports no resource type
+
+
+def test_create_passes_only_the_execution_role_and_only_to_sagemaker(queue_stack):
+    # SubmitServiceJob's dependent iam:PassRole is for sagemaker.amazonaws.com, as CreateTrainingJob's is.
+    (statement,) = [
+        s
+        for p in queue_stack.resources("AWS::IAM::ManagedPolicy").values()
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+        if "iam:PassRole" in _as_list(s["Action"])
+    ]
+    assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+    assert statement["Resource"]["Fn::GetAtt"][0].startswith("RolesSageMakerExecution")
+
+
+def test_describe_may_read_service_jobs_and_the_training_jobs_batch_creates_for_this_stack(queue_stack):
+    assert _resources_of(queue_stack, "Describe", "batch:DescribeServiceJob") == ["*"]  # supports no resource type
+    assert _resources_of(queue_stack, "Describe", "sagemaker:DescribeTrainingJob") == _key(
+        [STACK_TRAINING_JOBS, BATCH_TRAINING_JOBS]
+    )
+
+
+def test_stop_may_find_and_terminate_service_jobs(queue_stack):
+    assert _resources_of(queue_stack, "Stop", "batch:ListServiceJobs") == ["*"]
+    assert _resources_of(queue_stack, "Stop", "batch:DescribeServiceJob") == ["*"]
+    assert _resources_of(queue_stack, "Stop", "batch:TerminateServiceJob") == [SERVICE_JOBS]
+
+
+def test_only_create_describe_and_stop_may_call_batch(queue_stack):
+    callers = {
+        logical_id
+        for logical_id, policy in queue_stack.resources("AWS::IAM::ManagedPolicy").items()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if any(action.startswith("batch:") for action in _as_list(statement["Action"]))
+    }
+    assert sorted(logical_id.removeprefix("Pipeline").split("Role")[0] for logical_id in callers) == [
+        "Create",
+        "Describe",
+        "Stop",
+    ]
+
+
+def test_sagemaker_may_assume_the_execution_role_for_the_stacks_jobs_and_those_batch_creates(queue_stack):
+    (role,) = [
+        r for logical_id, r in queue_stack.resources("AWS::IAM::Role").items() if logical_id.startswith("RolesSageMakerExecution")
+    ]
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    assert statement["Condition"] == {"ArnLike": {"aws:SourceArn": [STACK_TRAINING_JOBS, BATCH_TRAINING_JOBS]}}
+
+
+def test_without_the_queue_there_is_no_batch_resource_output_variable_or_permission(default_stack):
+    template = json.dumps(default_stack.json)
+    assert not any(resource["Type"].startswith("AWS::Batch::") for resource in default_stack.json["Resources"].values())
+    assert not set(QUEUE_OUTPUTS) & set(default_stack.json["Outputs"])
+    assert not any(name in template for name in QUEUE_VARIABLES)
+    assert '"batch:' not in template and "AWSBatch" not in template  # no grant, no trust in Batch's jobs
+
+
+def test_every_nag_pack_reports_no_unacknowledged_finding_with_the_queue(queue_stack):
+    # synthesize() raises on an unacknowledged finding; the report of a clean synth lists none.
+    report = json.loads((queue_stack.directory / "validation-report.json").read_text())
+    assert [r["violations"] for r in report["pluginReports"] if r["violations"]] == []
+
+
+def test_the_queue_costs_nothing_while_idle(queue_stack, default_stack):
+    prices = json.loads(DEFAULT_PRICES.read_text())
+    assert idle_cost(queue_stack.json, prices) == idle_cost(default_stack.json, prices)
+
+
+@pytest.mark.gates
+def test_cfn_lint_reports_no_errors_with_the_queue(queue_stack):
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "json", str(queue_stack.template_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert [f for f in json.loads(result.stdout or "[]") if f["Level"] == "Error"] == []
+
+
+@pytest.mark.gates
+def test_checkov_reports_no_failed_checks_with_the_queue(queue_stack):
+    assert CHECKOV.exists(), f"{CHECKOV} is missing: run `make setup`"
+    result = subprocess.run(
+        [
+            str(CHECKOV),
+            "-f",
+            str(queue_stack.template_path),
+            "--framework",
+            "cloudformation",
+            "--skip-download",
+            "--quiet",
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    report = json.loads(result.stdout)
+    assert [(c["check_id"], c["resource"]) for c in report["results"]["failed_checks"]] == []
+
+
+def test_the_failed_job_alarm_watches_the_training_jobs_batch_creates_too(queue_stack):
+    (rule,) = [
+        r for r in queue_stack.resources("AWS::Events::Rule").values() if "SageMaker Training Job State Change" in json.dumps(r)
+    ]
+    prefixes = [entry["prefix"] for entry in rule["Properties"]["EventPattern"]["detail"]["TrainingJobName"]]
+    assert prefixes == ["trainstack-", "AWSBatchtrainstack-"]
