@@ -21,6 +21,12 @@ duration of `moto_bridges()` only:
   returns them, and the MlflowDetails the twin finds once the job ends) and MetricDefinitions (moto
   replaces them with a sample's) and hands the job to the
   twin; StopTrainingJob (moto has none) asks the twin to stop it.
+- Batch: moto has no service jobs and cannot create a SAGEMAKER_TRAINING job queue; the service
+  environment and service job actions (`/v1/<action>` paths and their BatchResponse methods), and
+  CreateJobQueue / DescribeJobQueues for that queue type, go to the Batch twin (batch_twin.py), which
+  emits its state change events onto moto's default event bus. Scheduling policies and the other
+  queue types stay moto's. The paths are added before the first request reaches `serve`'s app,
+  which builds each service's URL map once.
 """
 
 from __future__ import annotations
@@ -34,13 +40,14 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import boto3
 from botocore.exceptions import ClientError
 
+from trainstack_local.batch_twin import OPERATIONS, SERVICE_JOB_TYPE, BatchClientError, BatchTwin
 from trainstack_local.registry import ImageNotFoundError
 from trainstack_local.sagemaker_twin import SageMakerTwin
 
@@ -87,8 +94,12 @@ def _injected_fault(code: str, message: str) -> Exception:
 
 
 @contextmanager
-def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaults) -> Iterator[None]:
+def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaults, batch: BatchTwin) -> Iterator[None]:
     from moto.awslambda_simple.models import LambdaSimpleBackend
+    from moto.batch import urls as batch_urls
+    from moto.batch.exceptions import ClientException
+    from moto.batch.models import batch_backends
+    from moto.batch.responses import BatchResponse
     from moto.core.responses import ActionResult, BaseResponse, EmptyResult
     from moto.events.models import Rule, events_backends
     from moto.sagemaker.exceptions import ValidationError
@@ -106,7 +117,11 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
         (StepFunctionsParserBackend, "start_execution"): StepFunctionsParserBackend.start_execution,
         (BaseExecutionWorkerCommunication, "terminated"): BaseExecutionWorkerCommunication.terminated,
         (BaseResponse, "call_action"): BaseResponse.call_action,
+        (BatchResponse, "createjobqueue"): BatchResponse.createjobqueue,
+        (BatchResponse, "describejobqueues"): BatchResponse.describejobqueues,
     }
+    create_job_queue = BatchResponse.createjobqueue
+    describe_job_queues = BatchResponse.describejobqueues
     call_action = BaseResponse.call_action
     terminated = BaseExecutionWorkerCommunication.terminated
     create_training_job = SageMakerResponse.create_training_job
@@ -238,6 +253,37 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
             return  # StopExecution has emitted the status change already
         status_changed(self.execution, self.execution.exec_status.value)
 
+    def batch_action(method: str) -> Callable[[Any], str]:
+        """A BatchResponse method that hands the request's JSON body to the Batch twin."""
+
+        def respond(self: Any) -> str:
+            return json.dumps(answer(getattr(batch, method), self))
+
+        return respond
+
+    def answer(operation: Callable[[dict[str, Any]], Any], response: Any) -> Any:
+        try:
+            return operation(json.loads(response.body or "{}"))
+        except BatchClientError as error:  # Batch's refusal, as moto serializes its own
+            raise ClientException(str(error)) from None
+
+    def create_queue(self: Any) -> str:
+        if self._get_param("jobQueueType") != SERVICE_JOB_TYPE:
+            return create_job_queue(self)
+        return json.dumps(answer(batch.create_job_queue, self))
+
+    def describe_queues(self: Any) -> str:
+        """The twin's queues and moto's, as one answer (moto leaves out the names it does not hold)."""
+        ours = batch.describe_job_queues({"jobQueues": self._get_param("jobQueues") or []})
+        return json.dumps({"jobQueues": ours + json.loads(describe_job_queues(self))["jobQueues"]})
+
+    def publish(entry: dict[str, Any]) -> None:
+        events_backends[account][region].put_events([entry])
+
+    def fairshare_policy(arn: str) -> dict[str, Any] | None:
+        found = batch_backends[account][region].describe_scheduling_policies([arn])
+        return found[0].fairshare_policy if found else None
+
     def faulty_call_action(self: Any) -> Any:
         fault = faults.take(self.service_name, self._get_action())
         if fault is None:
@@ -255,12 +301,24 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
     StepFunctionBackend.stop_execution = stop
     StepFunctionsParserBackend.start_execution = start
     BaseExecutionWorkerCommunication.terminated = execution_ended
+    BatchResponse.createjobqueue = create_queue
+    BatchResponse.describejobqueues = describe_queues
+    batch_paths = {f"{{0}}/v1/{action}$": BatchResponse.dispatch for action in OPERATIONS}
+    batch_urls.url_paths.update(batch_paths)
+    for action, method in OPERATIONS.items():
+        setattr(BatchResponse, action, batch_action(method))
+    batch.start(publish, fairshare_policy)
     try:
         yield
     finally:
+        batch.close()  # local_aws has stopped it already, before the SageMaker twin; this covers other users
         for (owner, attribute), original in originals.items():
             setattr(owner, attribute, original)
         del SageMakerResponse.stop_training_job
+        for path in batch_paths:
+            del batch_urls.url_paths[path]
+        for action in OPERATIONS:
+            delattr(BatchResponse, action)
 
 
 def _function_log(function_name: str, text: str, region: str) -> None:

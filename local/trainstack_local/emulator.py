@@ -1,6 +1,8 @@
 """The whole pipeline offline: moto (pinned) as the local AWS, the SageMaker twin for training jobs,
 and the stack's runtime resources created from the synthesized template: the same definition,
-handlers, rules and names (see bridges.py for where moto needed help).
+handlers, rules and names (see bridges.py for where moto needed help). A template with the team queue
+(AWS::Batch resources) gets it in the Batch twin (batch_twin.py), which runs its service jobs in the
+SageMaker twin.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import boto3
 
 from trainstack.entrypoint import ENTRY_FILE
 from trainstack.handlers.environment import lambda_variables
-from trainstack.stack_context import DEAD_LETTER_OUTPUT, STOP_FUNCTION_OUTPUT, StackContext
+from trainstack.stack_context import DEAD_LETTER_OUTPUT, FIELDS, STOP_FUNCTION_OUTPUT, StackContext
+from trainstack_local.batch_twin import BatchTwin
 from trainstack_local.bridges import ApiFaults, moto_bridges
 from trainstack_local.definition import function_logical_ids, render_definition
 from trainstack_local.event_feed import EventFeed
@@ -42,6 +45,15 @@ LOCAL_ENVIRONMENT = {
 }
 DEAD_LETTER_QUEUE = "trainstack-local-dead-letters"
 PSEUDO = {"AWS::Partition": "aws", "AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::URLSuffix": "amazonaws.com"}
+# The team queue's resources, in the order they depend on each other: (type, Batch action, its ARN's
+# key in the answer, the property that names it; CloudFormation names one after its logical id otherwise).
+BATCH_RESOURCES = (
+    ("AWS::Batch::ServiceEnvironment", "create_service_environment", "serviceEnvironmentArn", "ServiceEnvironmentName"),
+    ("AWS::Batch::SchedulingPolicy", "create_scheduling_policy", "arn", "Name"),
+    ("AWS::Batch::JobQueue", "create_job_queue", "jobQueueArn", "JobQueueName"),
+)
+# The StackContext fields of the team queue, published as the template's outputs say.
+QUEUE_FIELDS = ("job_queue_arn", "queue_shares", "queue_default_share", "queue_max_instances")
 
 
 @dataclass
@@ -55,6 +67,7 @@ class LocalStack:
     state_machine_arn: str = ""
     outputs: dict[str, str] = field(default_factory=dict)
     faults: ApiFaults = field(default_factory=ApiFaults)  # errors to inject into the emulated AWS APIs
+    batch: BatchTwin | None = None  # the emulated Batch service jobs (the team queue's)
 
     @property
     def context(self) -> StackContext:
@@ -100,17 +113,19 @@ def local_aws(
     # internals, not what a user of the stack sees; the run's status and cause say what failed.
     logging.getLogger(MOTO_INTERPRETER_LOGGER).setLevel(logging.CRITICAL)
     twin = SageMakerTwin(workdir, images or ImageRegistry(), region=REGION, settings=settings, feed=feed)
+    batch = BatchTwin(twin, region=REGION, account=ACCOUNT)
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),
-        moto_bridges(twin, REGION, ACCOUNT, faults := ApiFaults()),
+        moto_bridges(twin, REGION, ACCOUNT, faults := ApiFaults(), batch),
     ):
-        stack = LocalStack(faults=faults)
+        stack = LocalStack(faults=faults, batch=batch)
         before: dict[str, str | None] = {}
         try:
             variables = _create_resources(template, stack, files, first_poll_seconds, mlflow_tracking_server_arn)
             before = {key: os.environ.get(key) for key in variables}  # the functions set them (bridges.py)
             yield stack, twin
         finally:
+            batch.close()  # before the twin stops its jobs, so that no service job starts one after
             twin.close()
             _restore_environment(before)
 
@@ -155,6 +170,7 @@ def _create_resources(
         source_s3_uri=f"s3://{stack.assets_bucket}/{source_key}",
         entry_s3_uri=f"s3://{stack.assets_bucket}/{entry_key}",
         mlflow_tracking_server_arn=mlflow_tracking_server_arn,
+        **_create_queue(template),
     ).to_outputs()
     environment = lambda_variables(
         stack.context,
@@ -215,6 +231,50 @@ def _create_resources(
         events.put_rule(Name=logical_id, EventPattern=pattern)
         events.put_targets(Rule=logical_id, Targets=targets)
     return environment
+
+
+def _create_queue(template: dict[str, Any]) -> dict[str, Any]:
+    """The template's team queue created through Batch's API (the Batch twin), references between its
+    resources resolved; returns the StackContext fields its outputs publish (none without a queue)."""
+    batch = boto3.client("batch", region_name=REGION)
+    arns: dict[str, str] = {}
+    for resource_type, action, arn_key, name_property in BATCH_RESOURCES:
+        for logical_id, resource in template["Resources"].items():
+            if resource["Type"] == resource_type:
+                properties = {name_property: logical_id, **_resolve(resource.get("Properties", {}), arns)}
+                arns[logical_id] = getattr(batch, action)(**_api_parameters(properties))[arn_key]
+    if not arns:
+        return {}
+    outputs = template.get("Outputs", {})
+    published = [f for f in FIELDS if f.name in QUEUE_FIELDS and f.output in outputs]
+    return {f.name: f.decode(_resolve(outputs[f.output]["Value"], arns)) for f in published}
+
+
+def _resolve(value: Any, arns: dict[str, str]) -> Any:
+    """A template value with the Batch resources' Ref / Fn::GetAtt (their ARNs), pseudo parameters and
+    Fn::Join resolved; any other reference is not the team queue's and stops here."""
+    if isinstance(value, list):
+        return [_resolve(item, arns) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if "Ref" in value:
+        return arns.get(value["Ref"]) or PSEUDO[value["Ref"]]
+    if "Fn::GetAtt" in value:
+        return arns[value["Fn::GetAtt"][0]]  # every Batch attribute the stack reads is its ARN
+    if "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return separator.join(str(_resolve(part, arns)) for part in parts)
+    return {key: _resolve(item, arns) for key, item in value.items()}
+
+
+def _api_parameters(properties: Any) -> Any:
+    """CloudFormation's properties as Batch's API names them (PascalCase -> camelCase); the keys of a
+    Tags map are the user's and stay as they are."""
+    if isinstance(properties, list):
+        return [_api_parameters(item) for item in properties]
+    if not isinstance(properties, dict):
+        return properties
+    return {key[0].lower() + key[1:]: item if key == "Tags" else _api_parameters(item) for key, item in properties.items()}
 
 
 def _resolve_target(arn: Any, function_arns: dict[str, str], state_machine_id: str, state_machine_arn: str) -> str | None:

@@ -1,9 +1,13 @@
 """What `trainstack local serve` prints while it serves: one readable line per event a user of the
-stack follows (a run started, a job created, a job's status changed, a run ended and why).
+stack follows (a run started, a job created, a job's status changed, a run ended and why; a service
+job submitted to the team queue and each of its status changes).
 
 The lines come from the emulation's own hooks as each event happens (the bridges for executions,
-the twin for jobs), not from polling, so no transition is missed and their order is the order of
-events. moto's internals never reach this output (emulator.py silences its interpreter's log)."""
+the SageMaker twin for jobs), not from polling, so no transition is missed and their order is the
+order of events. Service job lines come from the Batch twin's scheduler as it changes a job's status
+(batch_twin.py); it follows a dispatched job's training job once a tick, so a status its training
+job passes through within one tick may have no line of its own. moto's internals never reach this
+output (emulator.py silences its interpreter's log)."""
 
 from __future__ import annotations
 
@@ -42,6 +46,13 @@ class EventFeed:
         if first:  # the job was just created: its creation line says so
             return
         self._line(f"job {job}: {secondary} ({status})" + (f": {_one_line(failure_reason)}" if failure_reason else ""))
+
+    def service_job_submitted(self, job: str, queue: str, share: str | None, priority: int) -> None:
+        self._line(f"service job {job} submitted to {queue}" + (f" (share {share}, priority {priority})" if share else ""))
+
+    def service_job_status(self, job: str, status: str, reason: str | None) -> None:
+        """A service job's new status, or the reason it waits at the head of its queue."""
+        self._line(f"service job {job}: {status}" + (f": {_one_line(reason)}" if reason else ""))
 
     def _line(self, line: str) -> None:
         with self._lock:

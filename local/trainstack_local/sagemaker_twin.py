@@ -80,6 +80,9 @@ class TwinSettings:
     spot_capacity_wait_seconds: float = 1.0  # how long an interrupted job waits for spot capacity again
     sync_interval_seconds: float = 0.5  # checkpoint upload period while a job runs
     threads_per_process: int = 1  # OMP_NUM_THREADS in every container: several hosts share 2 cores
+    # The Batch twin's job queues (batch_twin.py) wait maxTimeSeconds x this before a RUNNABLE time limit
+    # acts: Batch's shortest limit is 600 s, too long for a test to wait out.
+    queue_time_limit_scale: float = 1.0
     # Test-only variables every container gets (the training script's fault hooks, faults.py); a
     # spec cannot set them (Validate refuses TRAINSTACK_* names), so they exist only here.
     fault_hooks: tuple[tuple[str, str], ...] = ()

@@ -49,7 +49,9 @@ from trainstack_local.sagemaker_twin import SageMakerTwin, TwinSettings
 STACK_NAME = "trainstack-local"
 HOST = "127.0.0.1"
 # The services the emulated stack is made of, as botocore names them (their protocols come from botocore).
-SERVED_SERVICES = ("s3", "stepfunctions", "sagemaker", "logs", "cloudformation", "sns", "sqs", "events", "lambda", "iam", "sts")
+SERVED_SERVICES = (
+    "s3", "stepfunctions", "sagemaker", "logs", "cloudformation", "sns", "sqs", "events", "lambda", "iam", "sts", "batch",
+)  # fmt: skip
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/\d{8}/[^/]+/([^/]+)/aws4_request")
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
