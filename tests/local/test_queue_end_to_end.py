@@ -1,0 +1,140 @@
+"""The team queue end to end (the README, "Team queue"): runs go through the synthesized state machine
+and its real handlers into the Batch twin's queue, capped at 2 instances and shared by two teams of
+equal weight, and their jobs really train once the queue dispatches them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import boto3
+import pytest
+
+from tests.local.twin_runs import start_inline
+from tests.synth import synthesize
+from trainstack.polling import poll_until
+from trainstack.service_jobs import BATCH_TRAINING_JOB_PREFIX, training_job_name
+from trainstack_local.emulator import REGION, local_aws, training_files
+from trainstack_local.pipeline import finish, training_jobs, upload_sample_data
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+SHARES = ("research", "prod")
+
+
+def job(name: str, **queue) -> dict:
+    return {
+        "name": name,
+        "instance_type": "ml.g5.xlarge",
+        "strategy": "ddp",
+        "framework_version": "2.10.0",
+        "hyperparameters": {"model": "gpt-tiny", "max_steps": 2, "log_every": 1},
+        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
+        "max_runtime": "1h",
+        **({"queue": queue} if queue else {}),
+    }
+
+
+@pytest.fixture(scope="module")
+def queued(tmp_path_factory):
+    """One emulated stack with a team queue (2 instances, two teams of equal weight) for the module."""
+    template = synthesize(queue=True, queue_max_instances=2, queue_shares=",".join(f"{s}:1" for s in SHARES)).json
+    workdir = tmp_path_factory.mktemp("queued")
+    with local_aws(template, workdir, files=training_files(workdir)) as (stack, twin):
+        upload_sample_data(stack)
+        yield stack, twin
+
+
+def batch():
+    return boto3.client("batch", region_name=REGION)
+
+
+def service_jobs(stack, status: str | None = None) -> list[dict]:
+    """The queue's service jobs (in one status, or in every status)."""
+    statuses = (
+        [status] if status else ["SUBMITTED", "PENDING", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED", "FAILED"]
+    )
+    queue = stack.context.job_queue_arn
+    return [j for s in statuses for j in batch().list_service_jobs(jobQueue=queue, jobStatus=s)["jobSummaryList"]]
+
+
+def set_environment(stack, state: str) -> None:
+    """Hold the queue (DISABLED: Batch dispatches nothing from it) or let it go."""
+    (environment,) = batch().describe_service_environments()["serviceEnvironments"]
+    batch().update_service_environment(serviceEnvironment=environment["serviceEnvironmentArn"], state=state)
+
+
+def dispatched(name_part: str) -> list[dict]:
+    """The training jobs Batch created for specs whose name holds `name_part`, in the order created."""
+    jobs = [
+        boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=j["TrainingJobName"])
+        for j in training_jobs()
+    ]
+    return sorted((j for j in jobs if name_part in j["TrainingJobName"]), key=lambda j: j["CreationTime"])
+
+
+def share_of(training_job: dict) -> str:
+    return next(share for share in SHARES if f"-{share}" in training_job["TrainingJobName"])
+
+
+def most_at_once(intervals: list[tuple[datetime, datetime]]) -> int:
+    """The most intervals that overlap at any moment."""
+    moments = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals], key=lambda m: (m[0], m[1]))
+    running = peak = 0
+    for _, change in moments:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def test_two_teams_three_jobs_each_under_a_cap_of_two_take_turns_and_all_complete(queued):
+    stack, _ = queued
+    # Held until all six wait in the queue, so the order is the queue's, not the order in which the
+    # executions happen to reach Create.
+    set_environment(stack, "DISABLED")
+    executions = [
+        start_inline(stack, job(f"turns-{share}-{n}", share=share), f"turns-{share}-{n}") for n in range(3) for share in SHARES
+    ]
+    poll_until(lambda: len(service_jobs(stack, "RUNNABLE")) == 6, timeout=120, what="six service jobs to wait in the queue")
+    set_environment(stack, "ENABLED")
+    assert [finish(execution).status for execution in executions] == ["SUCCEEDED"] * 6
+    jobs = dispatched("turns-")
+    assert len(jobs) == 6 and all(j["TrainingJobStatus"] == "Completed" for j in jobs)
+    # An instance is held from the training job's creation (Batch's dispatch) to its end.
+    assert most_at_once([(j["CreationTime"], j["TrainingEndTime"]) for j in jobs]) == 2
+    # The teams take turns: after every dispatch, neither has had more than one job more than the other.
+    shares = [share_of(j) for j in jobs]
+    assert all(abs(shares[:n].count("research") - shares[:n].count("prod")) <= 1 for n in range(1, 7)), shares
+
+
+def test_a_priority_9000_job_submitted_last_starts_next(queued):
+    stack, _ = queued
+    early = [start_inline(stack, job(f"prio-early-{n}", share="research"), f"prio-early-{n}") for n in range(4)]
+    poll_until(lambda: len(dispatched("prio-early")) == 2, timeout=120, what="two jobs to take the queue's two instances")
+    poll_until(lambda: len(service_jobs(stack, "RUNNABLE")) == 2, timeout=60, what="two jobs to wait behind them")
+    urgent = start_inline(stack, job("prio-urgent", share="research", priority=9000), "prio-urgent")
+    poll_until(lambda: len(service_jobs(stack, "RUNNABLE")) == 3, timeout=60, what="the urgent job to wait in the queue")
+    front = batch().get_job_queue_snapshot(jobQueue=stack.context.job_queue_arn)["frontOfQueue"]["jobs"]
+    urgent_job = next(j for j in service_jobs(stack, "RUNNABLE") if j["jobName"].startswith("trainstack-prio-urgent"))
+    assert front[0]["jobArn"] == urgent_job["jobArn"]
+    assert [finish(execution).status for execution in [*early, urgent]] == ["SUCCEEDED"] * 5
+    order = [j["TrainingJobName"] for j in dispatched("prio-")]
+    assert order[2].startswith(f"{BATCH_TRAINING_JOB_PREFIX}trainstack-prio-urgent"), order
+
+
+def test_a_spec_without_queue_on_a_stack_with_one_creates_its_training_job_directly(queued):
+    stack, _ = queued
+    before = len(service_jobs(stack))
+    execution = start_inline(stack, job("direct"), "direct")
+    assert finish(execution).status == "SUCCEEDED"
+    (created,) = [j["TrainingJobName"] for j in training_jobs() if "direct" in j["TrainingJobName"]]
+    assert created.startswith("trainstack-direct-") and len(service_jobs(stack)) == before
+
+
+def test_a_queued_runs_training_job_is_the_one_its_service_job_names(queued):
+    stack, _ = queued
+    execution = start_inline(stack, job("named", share="prod"), "named")
+    assert finish(execution).status == "SUCCEEDED"
+    (summary,) = [j for j in service_jobs(stack, "SUCCEEDED") if j["jobName"].startswith("trainstack-named-")]
+    described = batch().describe_service_job(jobId=summary["jobId"])
+    (created,) = [j["TrainingJobName"] for j in training_jobs() if "named" in j["TrainingJobName"]]
+    assert created == training_job_name(described) and created.startswith(f"{BATCH_TRAINING_JOB_PREFIX}{summary['jobName']}")
