@@ -6,6 +6,7 @@
     trainstack schema > job.schema.json          # JSON Schema for editors
     trainstack submit job.yaml [--source DIR] [--wait]   # on the stack (--stack NAME or --outputs FILE)
     trainstack runs | status RUN | logs RUN [--follow] | stop RUN | resume RUN   # --json on every read command
+    trainstack queue                             # the team queue by share: jobs, positions, capacity in use
     trainstack local serve                       # the stack emulated on 127.0.0.1, for any AWS client
     trainstack local run [job.yaml]              # one run on the emulated stack, shown live
     trainstack redrive --outputs cdk-outputs.json  # deliver the events the trigger dead-letter queue holds
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     resume = _stack_command(commands, "resume", "continue a stopped or failed run (started inline) from its checkpoints")
     resume.add_argument("run", help="the stopped or failed execution's name (or ARN)")
     resume.add_argument("--wait", action="store_true", help="follow the new run live until it ends")
+    _stack_command(commands, "queue", "the team queue by share: active jobs, their priority and position, capacity in use")
 
     local = commands.add_parser("local", help="the stack emulated on this machine (needs `make synth`)")
     local_commands = local.add_subparsers(dest="local_command", required=True)
@@ -161,7 +163,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from trainstack_cli import local_commands
 
         return local_commands.run(args)
-    if args.command in ("submit", "runs", "status", "logs", "stop", "resume"):
+    if args.command in ("submit", "runs", "status", "logs", "stop", "resume", "queue"):
         stack = find_stack(args.stack, args.outputs, args.profile, args.region)
         return operate_command(args, stack)
     return _validate_or_render(args)

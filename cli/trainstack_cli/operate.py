@@ -1,5 +1,5 @@
-"""The commands that act on a stack: submit, runs, status, logs, stop (the AWS calls; runs.py shapes
-what they answer)."""
+"""The commands that act on a stack: submit, runs, status, logs, stop, queue (the AWS calls; runs.py
+and team_queue.py shape what they answer)."""
 
 from __future__ import annotations
 
@@ -20,11 +20,24 @@ from trainstack.polling import poll_until
 from trainstack.preflight import preflight
 from trainstack.rules import SpecRejectedError
 from trainstack.run_report import mlflow_ui_call
+from trainstack.service_jobs import ACTIVE, QUEUED, training_job_name
 from trainstack.source_archive import write_source_tarball
 from trainstack.spec import SpecError, load_spec
 from trainstack.workflow import RUNNING
-from trainstack_cli.runs import RunView, latest_metrics, run_identity, run_view, trial_index, trial_view
-from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_RUN_FAILED, EXIT_UNKNOWN_RUN, CliError, Stack, aws_errors
+from trainstack_cli.runs import (
+    STILL_GOING,
+    JobRecord,
+    RunView,
+    StopView,
+    latest_metrics,
+    run_identity,
+    run_view,
+    service_job_ids,
+    trial_index,
+    trial_of,
+)
+from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_NO_STACK, EXIT_RUN_FAILED, EXIT_UNKNOWN_RUN, CliError, Stack, aws_errors
+from trainstack_cli.team_queue import RUNNABLE, QueueView, ServiceJobView, front_of_queue, queue_view, service_job_view
 
 EXECUTION_APPEARS_SECONDS = 60  # EventBridge starts a run seconds after the upload
 METRIC_LOG_EVENTS = 2000  # the newest lines of a host's log that `status` scans for metrics
@@ -154,8 +167,17 @@ def describe_execution(stack: Stack, run: str) -> dict[str, Any]:
         raise
 
 
-def trial_jobs(stack: Stack, execution: dict[str, Any]) -> list[dict[str, Any]]:
-    """DescribeTrainingJob of every job the run created, oldest first."""
+def execution_history(stack: Stack, execution: dict[str, Any]) -> list[dict[str, Any]]:
+    pages = stack.client("stepfunctions").get_paginator("get_execution_history").paginate(executionArn=execution["executionArn"])
+    return [event for page in pages for event in page["events"]]
+
+
+def trial_jobs(stack: Stack, execution: dict[str, Any], history: list[dict[str, Any]]) -> list[JobRecord]:
+    """Every job the run created, oldest first: the training jobs Create made itself, found by the
+    run's digest in their names, and the service jobs it submitted to the team queue, which the
+    history names, each with the training job Batch made for its latest attempt (once dispatched)."""
+    from botocore.exceptions import ClientError
+
     sagemaker = stack.client("sagemaker")
     run = run_identity(execution)
     names = [
@@ -164,25 +186,44 @@ def trial_jobs(stack: Stack, execution: dict[str, Any]) -> list[dict[str, Any]]:
         for job in page["TrainingJobSummaries"]
         if run.made(job["TrainingJobName"], stack.context.name_prefix)
     ]
-    jobs = [sagemaker.describe_training_job(TrainingJobName=name) for name in names]
-    return sorted(jobs, key=lambda job: job["CreationTime"])
+    jobs = [JobRecord(sagemaker.describe_training_job(TrainingJobName=name)) for name in names]
+    submitted = service_job_ids(history)
+    batch = stack.client("batch") if submitted else None
+    for service_job_id in submitted:
+        service = batch.describe_service_job(jobId=service_job_id)
+        dispatched_as = training_job_name(service) if service["status"] not in QUEUED else ""
+        training = None
+        if dispatched_as:
+            try:
+                training = sagemaker.describe_training_job(TrainingJobName=dispatched_as)
+            except ClientError as error:  # dispatched a moment ago: SageMaker does not describe it yet
+                if error.response["Error"]["Code"] != "ValidationException":
+                    raise
+        jobs.append(JobRecord(training, service))
+    return sorted(jobs, key=lambda job: job.created)
+
+
+def front_of_team_queue(stack: Stack, jobs: list[JobRecord]) -> list[str]:
+    """The team queue's next RUNNABLE jobs, in dispatch order; asked only where a job of these waits there."""
+    if not any(job.service and job.service["status"] == RUNNABLE for job in jobs):
+        return []
+    return front_of_queue(stack.client("batch").get_job_queue_snapshot(jobQueue=stack.context.job_queue_arn))
 
 
 def read_run(stack: Stack, run: str, with_metrics: bool = True, with_mlflow_ui: bool = False) -> RunView:
     with aws_errors(f"stack {stack.name}"):
         execution = describe_execution(stack, run)
-        sfn = stack.client("stepfunctions")
-        history = [
-            e
-            for page in sfn.get_paginator("get_execution_history").paginate(executionArn=execution["executionArn"])
-            for e in page["events"]
-        ]
+        history = execution_history(stack, execution)
         now = datetime.now(UTC)
+        jobs = trial_jobs(stack, execution, history)
+        front = front_of_team_queue(stack, jobs)
         trials = []
-        for job in trial_jobs(stack, execution):
-            metrics = _job_metrics(stack, job) if with_metrics else {}
-            trial = trial_view(job, now, metrics)
-            trials.append(replace(trial, mlflow_ui=mlflow_ui_link(stack, job)) if with_mlflow_ui else trial)
+        for job in jobs:
+            metrics = _job_metrics(stack, job.training) if with_metrics and job.training else {}
+            trial = trial_of(job, now, front, metrics)
+            if with_mlflow_ui and job.training:
+                trial = replace(trial, mlflow_ui=mlflow_ui_link(stack, job.training))
+            trials.append(trial)
         return run_view(execution, history, trials, now)
 
 
@@ -257,14 +298,22 @@ def follow_logs(
     """Every line of the trial's (latest) job, per stream in order; with `follow`, until the job ends."""
     with aws_errors(f"stack {stack.name}"):
         execution = describe_execution(stack, run)
-        jobs = trial_jobs(stack, execution)
+        jobs = trial_jobs(stack, execution, execution_history(stack, execution))
         if trial is not None:
-            jobs = [j for j in jobs if trial_index(j["TrainingJobName"]) == trial]
+            jobs = [j for j in jobs if trial_index(j.job_name) == trial]
             if not jobs:
                 raise CliError(f"run {run} has no trial {trial}; `trainstack status {run}` lists its trials", EXIT_UNKNOWN_RUN)
         if not jobs:
             raise CliError(f"run {run} has no training job yet; try again, or `trainstack status {run}`", EXIT_UNKNOWN_RUN)
-        job_name = jobs[-1]["TrainingJobName"]
+        latest = jobs[-1]
+        if not latest.training_job_name:  # a job in the team queue has no training job, so no log, until dispatched
+            waiting = service_job_view(latest.service or {}, front_of_team_queue(stack, [latest]), datetime.now(UTC))
+            raise CliError(
+                f"run {run}: job {waiting.job_name} waits in the team queue ({waiting.status}, share {waiting.share}, "
+                f"position {waiting.place}); it has no log until Batch starts it; try again, or `trainstack status {run}`",
+                EXIT_UNKNOWN_RUN,
+            )
+        job_name = latest.training_job_name
         tokens: dict[str, str] = {}
         while True:
             for stream in _streams(stack, job_name, host):
@@ -295,31 +344,60 @@ def _new_lines(stack: Stack, stream: str, tokens: dict[str, str]) -> Iterator[Lo
 
 
 # -- stop and wait --------------------------------------------------------------------------------
-def stop(stack: Stack, run: str, wait_seconds: float = 120) -> RunView:
-    """Stop the execution and every job of the run still training (SageMaker uploads their
-    checkpoints as they stop); return the run once no job is training any more."""
+def stop(stack: Stack, run: str, wait_seconds: float = 120) -> StopView:
+    """Stop the execution, every job of the run still training (SageMaker uploads their checkpoints
+    as they stop) and every job it submitted to the team queue that has not ended (Batch stops the
+    training job of one it dispatched, and never dispatches one still queued); return the run once
+    no job is queued or training any more, with the queued jobs terminated."""
     from botocore.exceptions import ClientError
 
     with aws_errors(f"stack {stack.name}"):
         execution = describe_execution(stack, run)
+        # Read before stopping the execution: its Stop rule may terminate the queued jobs at once, and
+        # what the run had queued, and where, is what this stop reports.
+        jobs = trial_jobs(stack, execution, execution_history(stack, execution))
+        front = front_of_team_queue(stack, jobs)
         if execution["status"] == "RUNNING":
             stack.client("stepfunctions").stop_execution(
                 executionArn=execution["executionArn"], error="trainstack.Stopped", cause="stopped with `trainstack stop`"
             )
         sagemaker = stack.client("sagemaker")
-        for job in trial_jobs(stack, execution):
-            if job["TrainingJobStatus"] == "InProgress":
+        for job in jobs:
+            if job.service is None and job.training and job.training["TrainingJobStatus"] == "InProgress":
                 try:
-                    sagemaker.stop_training_job(TrainingJobName=job["TrainingJobName"])
+                    sagemaker.stop_training_job(TrainingJobName=job.training_job_name)
                 except ClientError as error:  # the stack's Stop rule got there first
                     if error.response["Error"]["Code"] != "ValidationException":
                         raise
+        terminated = _terminate_service_jobs(stack, execution["name"], jobs, front)
         deadline = time.monotonic() + wait_seconds
         while True:
             view = read_run(stack, run, with_metrics=False)
-            if all(t.status not in RUNNING for t in view.trials) or time.monotonic() > deadline:
-                return view
+            if all(t.status not in STILL_GOING for t in view.trials) or time.monotonic() > deadline:
+                return StopView(view, terminated)
             time.sleep(1)
+
+
+def _terminate_service_jobs(stack: Stack, execution_name: str, jobs: list[JobRecord], front: list[str]) -> list[ServiceJobView]:
+    """TerminateServiceJob for each of the jobs in the team queue that had not ended; each as it stood
+    before the stop (`front`: the queue's front then)."""
+    from botocore.exceptions import ClientError
+
+    services = [job.service for job in jobs if job.service]
+    active = [service for service in services if service["status"] in ACTIVE and not service.get("isTerminated")]
+    if not active:
+        return []
+    batch = stack.client("batch")
+    for service in active:
+        try:
+            batch.terminate_service_job(jobId=service["jobId"], reason=f"trainstack stop: run {execution_name}")
+        except ClientError as error:  # the stack's Stop rule ended it first: nothing is left to terminate
+            if error.response["Error"]["Code"] != "ClientException":
+                raise
+            if batch.describe_service_job(jobId=service["jobId"])["status"] in ACTIVE:
+                raise
+    now = datetime.now(UTC)
+    return [service_job_view(service, front, now) for service in active]
 
 
 def watch(stack: Stack, run: str, show: Callable[[RunView], None], interval: float = 2.0) -> RunView:
@@ -330,3 +408,32 @@ def watch(stack: Stack, run: str, show: Callable[[RunView], None], interval: flo
         if view.status != "RUNNING":
             return view
         time.sleep(interval)
+
+
+# -- the team queue -------------------------------------------------------------------------------
+def queue(stack: Stack) -> QueueView:
+    """The team queue's active jobs by share, where each stands, and the capacity each share uses."""
+    queue_arn = stack.context.job_queue_arn
+    if not queue_arn:
+        raise CliError(
+            f"stack {stack.name} has no team queue; deploy it with `cdk deploy -c queue=true` "
+            "(shares: -c queue_shares=research:1,prod:0.5) for specs with `queue:` to wait in one",
+            EXIT_NO_STACK,
+        )
+    with aws_errors(f"stack {stack.name}"):
+        batch = stack.client("batch")
+        pages = batch.get_paginator("list_service_jobs")
+        # Without a status ListServiceJobs lists only RUNNING jobs, so each active status is asked for;
+        # a job that moved on between two pages is listed twice, and described once.
+        listed = dict.fromkeys(
+            summary["jobId"]
+            for status in ACTIVE
+            for page in pages.paginate(jobQueue=queue_arn, jobStatus=status)
+            for summary in page["jobSummaryList"]
+        )
+        # Only DescribeServiceJob says a job's priority and the instances its request asks for.
+        described = [batch.describe_service_job(jobId=job_id) for job_id in listed]
+        snapshot = batch.get_job_queue_snapshot(jobQueue=queue_arn)
+    context = stack.context
+    active = [job for job in described if job["status"] in ACTIVE]  # not one that ended since it was listed
+    return queue_view(queue_arn, context.queue_shares, context.queue_max_instances, active, snapshot, datetime.now(UTC))

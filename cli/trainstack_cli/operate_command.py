@@ -15,7 +15,7 @@ from trainstack_cli import operate
 from trainstack_cli.runs import RunView
 from trainstack_cli.stack import EXIT_OK, EXIT_RUN_FAILED, Stack
 from trainstack_cli.views import console as cli_console
-from trainstack_cli.views import live_line, runs_table, status_view, stopped_view
+from trainstack_cli.views import live_line, queue_table, runs_table, status_view, stopped_view
 
 
 def operate_command(args: argparse.Namespace, stack: Stack) -> int:
@@ -43,8 +43,11 @@ def operate_command(args: argparse.Namespace, stack: Stack) -> int:
             print(json.dumps(record) if args.json else line.message, flush=args.follow)
         return EXIT_OK
     if args.command == "stop":
-        run = operate.stop(stack, args.run)
-        return _show(console, args.json, run.to_json(), lambda: stopped_view(run))
+        stopped = operate.stop(stack, args.run)
+        return _show(console, args.json, stopped.to_json(), lambda: stopped_view(stopped))
+    if args.command == "queue":
+        queue = operate.queue(stack)
+        return _show(console, args.json, queue.to_json(), lambda: queue_table(queue))
     raise ValueError(args.command)
 
 

@@ -1,7 +1,9 @@
 """What the CLI shows of a run, built from what the APIs answered (pure: no AWS calls here).
 
 A run is one execution of the stack's state machine; its trials are the training jobs whose names
-carry the run's digest (trainstack.identity, the same test the Stop handler uses). Cost so far is
+carry the run's digest (trainstack.identity, the same test the Stop handler uses), and the jobs it
+submitted to the team queue, which its history names (Batch names the training job it creates for
+one AWSBatch<job name><32 hex>, a name the digest test does not read). Cost so far is
 the job's instances x SageMaker's billable seconds (while a job runs, the seconds since it started
 training: SageMaker reports billable time only at the end) x the catalog's on-demand price.
 """
@@ -10,8 +12,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -20,8 +22,16 @@ from trainstack.failures import classify, failure_text
 from trainstack.identity import Run
 from trainstack.restarts import progress_at_end
 from trainstack.run_report import mlflow_run
-from trainstack.workflow import trigger_of
+from trainstack.service_jobs import DISPATCHED, QUEUED
+from trainstack.workflow import RUNNING, trigger_of
+from trainstack_cli.team_queue import ServiceJobView, batch_time, service_job_view
 from trainstack_contract.job_names import JobName
+
+QUEUED_STATUS = "Queued"  # a trial whose job waits in the team queue: Batch has not created its training job yet
+STILL_GOING = (*RUNNING, QUEUED_STATUS)  # trial statuses that can still train (and bill)
+# The trial's tasks whose result ($.job) names the service job a queued trial was submitted as
+# (stacks/state_machine.py names the states; Create and Describe both put their answer at $.job).
+SERVICE_JOB_STATES = ("Create", "Describe")
 
 
 @dataclass(frozen=True)
@@ -51,11 +61,38 @@ class TrialView:
     failure: str = ""  # whose failure, for a failed job: "infrastructure (hang)" (trainstack/failures.py)
     mlflow: str = ""  # where the job's MLflow run is (trainstack.run_report.mlflow_run); "" untracked
     mlflow_ui: str = ""  # a signed-in link to its server's MLflow UI (`status` only); "" where none could be made
+    training_job_name: str = ""  # SageMaker's name for the job: `job_name`, or Batch's for a queued job; "" while queued
+    queue: ServiceJobView | None = None  # for a job submitted to the team queue: where it stands there
 
     @property
     def steps_lost(self) -> int:
         """Steps trained after the newest complete checkpoint: a restart trains them again."""
         return progress_at_end(self.metrics)[2] if self.status == "Failed" else 0
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job of a run as the APIs describe it: DescribeTrainingJob (None while the job waits in the
+    team queue) and, for a job submitted to the queue, DescribeServiceJob (None for a direct job)."""
+
+    training: dict[str, Any] | None
+    service: dict[str, Any] | None = None
+
+    @property
+    def job_name(self) -> str:
+        """trainstack's name for the job (JobName.parse reads it): a service job is named as Create
+        named its training job."""
+        return self.service["jobName"] if self.service else self.training_job_name
+
+    @property
+    def training_job_name(self) -> str:
+        return self.training["TrainingJobName"] if self.training else ""
+
+    @property
+    def created(self) -> datetime:
+        """When Create made it: a queued job's submission (Batch creates its training job later)."""
+        submitted = batch_time(self.service.get("createdAt")) if self.service else None
+        return submitted or (self.training or {})["CreationTime"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +119,18 @@ class RunView:
     def to_json(self) -> dict[str, Any]:
         trials = [{**asdict(trial), "steps_lost": trial.steps_lost} for trial in self.trials]
         return {**asdict(self), "trials": trials, "billable_seconds": self.billable_seconds, "cost_usd": self.cost_usd}
+
+
+@dataclass(frozen=True)
+class StopView:
+    """What `stop` left: the run once nothing of it trains, and the jobs it terminated in the team
+    queue, each as it stood then."""
+
+    run: RunView
+    terminated: list[ServiceJobView] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.run.to_json(), "terminated": [asdict(job) for job in self.terminated]}
 
 
 def run_identity(execution: dict[str, Any]) -> Run:
@@ -117,6 +166,65 @@ def latest_metrics(definitions: Iterable[dict[str, str]], lines: Iterable[str]) 
     return found
 
 
+def service_job_ids(history: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The service jobs the run submitted to the team queue, in the order its history first names
+    them (a direct job's Create answers an empty id)."""
+    found: list[str] = []
+    for event in history:
+        details = event.get("stateExitedEventDetails") or {}
+        if details.get("name") in SERVICE_JOB_STATES and details.get("output"):
+            job = json.loads(details["output"]).get("job")
+            if isinstance(job, dict) and job.get("service_job_id"):
+                found.append(job["service_job_id"])
+    return list(dict.fromkeys(found))
+
+
+def trial_of(job: JobRecord, now: datetime, front: list[str], metrics: dict[str, float] | None = None) -> TrialView:
+    """The trial a job is; `front`: the team queue's front (team_queue.front_of_queue), for a queued job."""
+    if job.service is not None:
+        return queued_trial_view(job.service, job.training, now, front, metrics)
+    return trial_view(job.training or {}, now, metrics)
+
+
+def queued_trial_view(
+    service_job: dict[str, Any],
+    training: dict[str, Any] | None,
+    now: datetime,
+    front: list[str],
+    metrics: dict[str, float] | None = None,
+) -> TrialView:
+    """A trial submitted to the team queue, under trainstack's name for its job (the service job's):
+    once dispatched, its training job as `trial_view` reads it; until then, the service job alone."""
+    queue = service_job_view(service_job, front, now)
+    parsed = JobName.parse(queue.job_name)
+    named = {"trial": trial_index(queue.job_name), "job_name": queue.job_name, "attempt": parsed.attempt if parsed else 0}
+    if training is not None and queue.status not in QUEUED:  # a job Batch requeued waits again
+        return replace(trial_view(training, now, metrics), **named, queue=queue)
+    if queue.status in QUEUED:
+        status = QUEUED_STATUS
+    elif queue.status in DISPATCHED:
+        status = "InProgress"  # dispatched; its training job not described yet
+    elif queue.status == "SUCCEEDED":
+        status = "Completed"
+    else:
+        status = "Stopped" if queue.terminated else "Failed"
+    return TrialView(
+        **named,
+        status=status,
+        secondary_status=queue.status,
+        instance_type=queue.instance_type,
+        instance_count=queue.instances,
+        started="",
+        ended=_time(batch_time(service_job.get("stoppedAt"))),
+        billable_seconds=0,
+        cost_usd=billed_usd(queue.instance_type, queue.instances, 0),
+        failure_reason=queue.reason if status in ("Failed", "Stopped") else "",
+        model_artifacts="",
+        training_job_name="",
+        queue=queue,
+    )
+
+
 def trial_view(description: dict[str, Any], now: datetime, metrics: dict[str, float] | None = None) -> TrialView:
     """One trial from DescribeTrainingJob; `metrics` read from its log, else SageMaker's final ones."""
     resource = description.get("ResourceConfig", {})
@@ -149,6 +257,7 @@ def trial_view(description: dict[str, Any], now: datetime, metrics: dict[str, fl
         attempt=parsed.attempt if parsed else 0,
         failure=f"{failure.kind} ({failure.cause})" if failure else "",
         mlflow=mlflow_run(description),
+        training_job_name=description["TrainingJobName"],
     )
 
 

@@ -1,4 +1,4 @@
-"""How runs look in a terminal (rich); `--json` prints RunView.to_json() instead."""
+"""How runs and the team queue look in a terminal (rich); `--json` prints their to_json() instead."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from rich.text import Text
 
 from trainstack.billing import cost_basis
 from trainstack.run_report import job_links
-from trainstack_cli.runs import RunView, TrialView
+from trainstack_cli.runs import QUEUED_STATUS, RunView, StopView, TrialView
+from trainstack_cli.team_queue import RUNNABLE, QueueView, ServiceJobView
 from trainstack_contract.metric_lines import CHECKPOINT_STEP, LOSS, STEP, TOKENS_PER_SEC
 
 STATUS_STYLES = {
@@ -21,6 +22,7 @@ STATUS_STYLES = {
     "Failed": "red",
     "ABORTED": "yellow",
     "Stopped": "yellow",
+    QUEUED_STATUS: "magenta",
 }
 
 
@@ -59,7 +61,7 @@ def runs_table(runs: list[RunView]) -> Table:
         caption=cost_basis(),
     )
     for run in runs:
-        trials = ", ".join(f"{t.status}" for t in run.trials) or "-"
+        trials = ", ".join(f"{t.status} ({queue_text(t.queue)})" if t.queue else t.status for t in run.trials) or "-"
         table.add_row(
             run.name,
             _styled(run.status),
@@ -73,6 +75,13 @@ def runs_table(runs: list[RunView]) -> Table:
     return table
 
 
+def queue_text(job: ServiceJobView) -> str:
+    """Where a job stands in the team queue, in a few words: Batch's status, share, priority, and
+    its position while it waits there."""
+    place = f", position {job.place}" if job.status == RUNNABLE else ""
+    return f"{job.status}, share {job.share}, priority {job.priority}{place}"
+
+
 def status_view(run: RunView) -> RenderableType:
     header = Text.assemble(
         (run.name, "bold"), "  ", _styled(run.status), f"  at {run.position or '-'}", f"  {duration(run.duration_seconds)}"
@@ -80,13 +89,17 @@ def status_view(run: RunView) -> RenderableType:
     parts: list[RenderableType] = [header]
     if run.cause:
         parts.append(Text(run.cause, style="red"))
-    table = Table("trial", "attempt", "job", "status", "instances", "step", "loss", "tokens/s", "billable s", "est. cost so far")
+    queued = any(trial.queue for trial in run.trials)
+    columns = ["trial", "attempt", "job", "status", *(["team queue"] if queued else []), "instances"]
+    table = Table(*columns, "step", "loss", "tokens/s", "billable s", "est. cost so far")
     for trial in run.trials:
+        queue_cell = [queue_text(trial.queue) if trial.queue else "-"] if queued else []
         table.add_row(
             str(trial.trial),
             str(trial.attempt),
             trial.job_name,
             Text.assemble(_styled(trial.status), f" ({trial.secondary_status})"),
+            *queue_cell,
             f"{trial.instance_count} x {trial.instance_type}",
             _metric(trial, STEP, "{:.0f}"),
             _metric(trial, LOSS, "{:.4f}"),
@@ -96,10 +109,16 @@ def status_view(run: RunView) -> RenderableType:
         )
     parts.append(table)
     for trial in run.trials:
-        history = Table("time", "secondary status", "message", title=f"{trial.job_name}: history", title_justify="left")
-        for transition in trial.transitions:
-            history.add_row(transition.start, transition.status, transition.message)
-        parts.append(history)
+        if trial.queue and trial.training_job_name != trial.job_name:
+            training = trial.training_job_name or "none yet: Batch creates it when it dispatches the job"
+            parts.append(Text(f"{trial.job_name}: service job {trial.queue.service_job_id}, training job {training}"))
+        if trial.queue and trial.status == QUEUED_STATUS and trial.queue.reason:
+            parts.append(Text(f"{trial.job_name}: waiting: {trial.queue.reason}", style="yellow"))
+        if trial.training_job_name:  # the training job's history: none while a job waits in the team queue
+            history = Table("time", "secondary status", "message", title=f"{trial.job_name}: history", title_justify="left")
+            for transition in trial.transitions:
+                history.add_row(transition.start, transition.status, transition.message)
+            parts.append(history)
         if trial.failure_reason:
             parts.append(Text(f"{trial.job_name}: {trial.failure_reason}", style="red"))
         if trial.failure:
@@ -109,8 +128,9 @@ def status_view(run: RunView) -> RenderableType:
             )
         if trial.model_artifacts:
             parts.append(Text(f"{trial.job_name}: model {trial.model_artifacts}"))
-        for name, link in job_links(run.execution_arn, trial.job_name).items():
-            parts.append(Text(f"{trial.job_name}: {name} {link}", style="dim"))
+        if trial.training_job_name:
+            for name, link in job_links(run.execution_arn, trial.training_job_name).items():
+                parts.append(Text(f"{trial.job_name}: {name} {link}", style="dim"))
         if trial.mlflow:
             parts.append(Text(f"{trial.job_name}: MLflow {trial.mlflow}", style="dim"))
         if trial.mlflow_ui:
@@ -124,19 +144,70 @@ def status_view(run: RunView) -> RenderableType:
     return Group(*parts)
 
 
-def stopped_view(run: RunView) -> RenderableType:
-    lines = [Text(f"{trial.job_name}: {trial.status} ({trial.secondary_status})") for trial in run.trials]
+def stopped_view(stopped: StopView) -> RenderableType:
+    run = stopped.run
+    lines = [
+        Text(f"terminated {job.job_name} in the team queue (service job {job.service_job_id}, was {queue_text(job)})")
+        for job in stopped.terminated
+    ]
+    lines += [Text(f"{trial.job_name}: {trial.status} ({trial.secondary_status})") for trial in run.trials]
     lines.append(
         Text(f"run {run.name}: {run.status}; its checkpoints stay in S3 (`trainstack resume {run.name}` continues them)")
     )
     return Group(*lines)
 
 
+def queue_table(queue: QueueView) -> RenderableType:
+    """The team queue by share: each share's active jobs in dispatch order, and what it uses."""
+    cap = f", at most {queue.max_instances} instances" if queue.max_instances else ""
+    parts: list[RenderableType] = [
+        Text.assemble(
+            (f"queue {queue.name}", "bold"),
+            f"  in use: {capacity_text(queue.capacity_in_use)}{cap}",
+            f"  active shares: {queue.active_shares}",
+            f"  (snapshot {queue.snapshot_at or '-'})",
+        )
+    ]
+    for share in queue.shares:
+        title = f"share {share.share}: {capacity_text(share.capacity_in_use)} in use"
+        if not share.jobs:
+            parts.append(Text(f"{title}, no active jobs"))
+            continue
+        table = Table("job", "status", "priority", "instances", "position", "age", title=title, title_justify="left")
+        for job in share.jobs:
+            table.add_row(
+                job.job_name,
+                _styled(job.status),
+                str(job.priority),
+                f"{job.instances} x {job.instance_type}",
+                job.place,
+                duration(job.age_seconds),
+            )
+        parts.append(table)
+    return Group(*parts)
+
+
+def capacity_text(usage: dict[str, float]) -> str:
+    """Batch's capacity usage, per unit: NUM_INSTANCES reads as instances, an instance type as itself."""
+    if not usage:
+        return "nothing"
+    return ", ".join(f"{quantity:g} {_unit(unit, quantity)}" for unit, quantity in usage.items())
+
+
+def _unit(unit: str, quantity: float) -> str:
+    if unit != "NUM_INSTANCES":
+        return unit
+    return "instance" if quantity == 1 else "instances"
+
+
 def live_line(run: RunView) -> Text:
-    """One line a `--wait` shows and refreshes: state, job, step, loss, tokens/s."""
+    """One line a `--wait` shows and refreshes: state, job, step, loss, tokens/s; for a job waiting in
+    the team queue, where it stands there."""
     trial = run.trials[-1] if run.trials else None
     if trial is None:
         return Text.assemble(_styled(run.status), f"  {run.position}  (no training job yet)")
+    if trial.status == QUEUED_STATUS and trial.queue:
+        return Text.assemble(_styled(run.status), f"  {run.position}  {trial.job_name} {trial.status}: {queue_text(trial.queue)}")
     return Text.assemble(
         _styled(run.status),
         f"  {run.position}  {trial.job_name} {trial.status}/{trial.secondary_status}",
