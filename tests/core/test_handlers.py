@@ -7,50 +7,25 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 
-import boto3
 import pytest
-from botocore.stub import Stubber
 
 from tests.core.specs import DDP
+from tests.core.stubbed import ENVIRONMENT, stubbed_clients
 from trainstack import facts
 from trainstack.errors import CapacityUnavailableError, SpecInvalidError, ThrottledError
 from trainstack.handlers import create, describe, notify, stop, validate
-from trainstack.handlers.environment import environment, use_client_factory
+from trainstack.handlers.environment import environment
 from trainstack.identity import Run
 from trainstack.request import build_request
 from trainstack.rules import Resolution, check_or_raise, resolve
 from trainstack.spec import parse_spec
 from trainstack.workflow import run_deadline_seconds
 
-ENVIRONMENT = {
-    "AWS_REGION": "us-east-1",
-    "EXECUTION_ROLE_ARN": "arn:aws:iam::123456789012:role/exec",
-    "ARTIFACTS_BUCKET": "artifacts",
-    "KEY_ARN": "arn:aws:kms:us-east-1:123456789012:key/k",
-    "SUBNET_IDS": "subnet-1",
-    "SECURITY_GROUP_ID": "sg-1",
-    "SOURCE_S3_URI": "s3://assets/source.tar.gz",
-    "NAME_PREFIX": "trainstack",
-    "TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:topic",
-}
-
 
 @pytest.fixture
 def stubbed(monkeypatch):
-    for key, value in ENVIRONMENT.items():
-        monkeypatch.setenv(key, value)
-    clients = {
-        name: boto3.client(name, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
-        for name in ("sagemaker", "sns", "s3")
-    }
-    stubbers = {name: Stubber(c) for name, c in clients.items()}
-    use_client_factory(clients.__getitem__)
-    for s in stubbers.values():
-        s.activate()
-    yield stubbers
-    for s in stubbers.values():
-        s.assert_no_pending_responses()
-    use_client_factory(None)
+    with stubbed_clients(monkeypatch, ENVIRONMENT, ("sagemaker", "sns", "s3")) as stubbers:
+        yield stubbers
 
 
 def _create_event() -> dict:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 
-import boto3
 import pytest
-from botocore.stub import ANY, Stubber
+from botocore.stub import ANY
 
 from tests.core.specs import DDP
+from tests.core.stubbed import ENVIRONMENT as STACK_ENVIRONMENT
+from tests.core.stubbed import stubbed_clients
 from trainstack.handlers import create, describe, stop
-from trainstack.handlers.environment import environment, use_client_factory
+from trainstack.handlers.environment import environment
 from trainstack.identity import Run
 from trainstack.request import build_request
 from trainstack.rules import check_or_raise
@@ -19,15 +20,7 @@ from trainstack.spec import parse_spec
 
 QUEUE_ARN = "arn:aws:batch:us-east-1:123456789012:job-queue/trainstack-queue"
 ENVIRONMENT = {
-    "AWS_REGION": "us-east-1",
-    "EXECUTION_ROLE_ARN": "arn:aws:iam::123456789012:role/exec",
-    "ARTIFACTS_BUCKET": "artifacts",
-    "KEY_ARN": "arn:aws:kms:us-east-1:123456789012:key/k",
-    "SUBNET_IDS": "subnet-1",
-    "SECURITY_GROUP_ID": "sg-1",
-    "SOURCE_S3_URI": "s3://assets/source.tar.gz",
-    "NAME_PREFIX": "trainstack",
-    "TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:topic",
+    **STACK_ENVIRONMENT,
     "JOB_QUEUE_ARN": QUEUE_ARN,
     "QUEUE_SHARES": "research,prod",
     "QUEUE_DEFAULT_SHARE": "research",
@@ -39,20 +32,8 @@ QUEUED_SPEC = {**DDP, "inputs": {}, "queue": {"share": "prod", "priority": 9000}
 
 @pytest.fixture
 def stubbed(monkeypatch):
-    for key, value in ENVIRONMENT.items():
-        monkeypatch.setenv(key, value)
-    clients = {
-        name: boto3.client(name, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
-        for name in ("sagemaker", "batch")
-    }
-    stubbers = {name: Stubber(c) for name, c in clients.items()}
-    use_client_factory(clients.__getitem__)
-    for s in stubbers.values():
-        s.activate()
-    yield stubbers
-    for s in stubbers.values():
-        s.assert_no_pending_responses()
-    use_client_factory(None)
+    with stubbed_clients(monkeypatch, ENVIRONMENT, ("sagemaker", "batch")) as stubbers:
+        yield stubbers
 
 
 def _create_event(spec: dict = QUEUED_SPEC) -> dict:

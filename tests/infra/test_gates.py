@@ -17,9 +17,9 @@ CHECKOV = Path(os.environ.get("CHECKOV", ROOT / ".venv-checkov" / "bin" / "check
 pytestmark = pytest.mark.gates
 
 
-@pytest.fixture(params=["default", "all_options"])
-def template_path(request, default_stack, all_options_stack) -> Path:
-    return {"default": default_stack, "all_options": all_options_stack}[request.param].template_path
+@pytest.fixture(params=["default", "all_options", "queue"])
+def template_path(request) -> Path:
+    return request.getfixturevalue(f"{request.param}_stack").template_path
 
 
 def test_cfn_lint_reports_no_errors(template_path):

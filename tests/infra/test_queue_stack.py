@@ -6,28 +6,17 @@ none of it exists."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.synth import Synthesized, synthesize
+from tests.synth import Synthesized
 from tools.idle_cost import DEFAULT_PRICES, idle_cost
 from trainstack.service_jobs import TIME_LIMIT_REASONS
 from trainstack.stack_context import FIELDS
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECKOV = Path(os.environ.get("CHECKOV", ROOT / ".venv-checkov" / "bin" / "checkov"))
 QUEUE_OUTPUTS = ("JobQueueArn", "QueueShares", "QueueDefaultShare", "QueueMaxInstances")
 QUEUE_VARIABLES = ("JOB_QUEUE_ARN", "QUEUE_SHARES", "QUEUE_DEFAULT_SHARE", "QUEUE_MAX_INSTANCES")
-
-
-@pytest.fixture(scope="session")
-def queue_stack() -> Synthesized:
-    return synthesize(queue=True, queue_shares="research:1,prod:0.5", queue_max_instances=16, queue_capacity_wait_seconds=7200)
 
 
 def _one(stack: Synthesized, resource_type: str) -> tuple[str, dict[str, Any]]:
@@ -233,40 +222,6 @@ def test_every_nag_pack_reports_no_unacknowledged_finding_with_the_queue(queue_s
 def test_the_queue_costs_nothing_while_idle(queue_stack, default_stack):
     prices = json.loads(DEFAULT_PRICES.read_text())
     assert idle_cost(queue_stack.json, prices) == idle_cost(default_stack.json, prices)
-
-
-@pytest.mark.gates
-def test_cfn_lint_reports_no_errors_with_the_queue(queue_stack):
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "json", str(queue_stack.template_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert [f for f in json.loads(result.stdout or "[]") if f["Level"] == "Error"] == []
-
-
-@pytest.mark.gates
-def test_checkov_reports_no_failed_checks_with_the_queue(queue_stack):
-    assert CHECKOV.exists(), f"{CHECKOV} is missing: run `make setup`"
-    result = subprocess.run(
-        [
-            str(CHECKOV),
-            "-f",
-            str(queue_stack.template_path),
-            "--framework",
-            "cloudformation",
-            "--skip-download",
-            "--quiet",
-            "--output",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    report = json.loads(result.stdout)
-    assert [(c["check_id"], c["resource"]) for c in report["results"]["failed_checks"]] == []
 
 
 def test_the_failed_job_alarm_watches_the_training_jobs_batch_creates_too(queue_stack):
