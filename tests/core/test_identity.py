@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainstack.identity import Run
-from trainstack_contract.job_names import TRAINING_JOB_NAME_PATTERN, JobName
+from trainstack_contract.job_names import TRAINING_JOB_NAME_PATTERN, JobName, submitted_name
 
 UPLOAD = "s3://b/jobs/a.yaml#v1"
 
@@ -91,3 +91,10 @@ def test_every_job_name_parses_back_to_the_run_trial_resume_and_attempt_that_nam
     assert (parsed.digest, parsed.trial, parsed.attempt) == (run.digest, trial, attempt)
     assert run.owns(name, "trainstack") and run.made(name, "trainstack")
     assert not Run(lineage, (resume or "") + "again").made(name, "trainstack")  # another execution's jobs are not its own
+
+
+def test_the_name_trainstack_gave_is_read_back_from_inside_the_training_job_batch_created():
+    name = Run("s3://b/jobs/x.yaml#v1").trial(2).job_name("trainstack", "gpt", attempt=1)
+    assert submitted_name(f"AWSBatch{name}88b610a69aa8380ca5b0a7aba3f81cb8") == name
+    assert submitted_name(name) == name  # a job trainstack created itself
+    assert submitted_name(f"AWSBatch{name}") == f"AWSBatch{name}"  # no attempt suffix: not one of Batch's

@@ -27,6 +27,20 @@ JOB_NAME_SUFFIX = re.compile(
 )
 
 
+# AWS Batch's service jobs for SageMaker Training (the team queue) create the training job as
+# AWSBatch<job name><32 hex of the attempt>: the job name trainstack gave sits inside it.
+BATCH_TRAINING_JOB_PREFIX = "AWSBatch"
+BATCH_ATTEMPT_SUFFIX = re.compile(r"[0-9a-f]{32}$")
+
+
+def submitted_name(training_job_name: str) -> str:
+    """The job name trainstack gave a training job: the name itself, or the one inside Batch's."""
+    suffix = BATCH_ATTEMPT_SUFFIX.search(training_job_name)
+    if training_job_name.startswith(BATCH_TRAINING_JOB_PREFIX) and suffix:
+        return training_job_name[len(BATCH_TRAINING_JOB_PREFIX) : suffix.start()]
+    return training_job_name
+
+
 def training_job_name_prefix(name_prefix: str) -> str:
     """Every training job the stack creates starts with this; IAM policies are scoped to it."""
     return f"{name_prefix}-"

@@ -22,6 +22,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from trainstack_contract.config import ConfigError, TrainConfig
 from trainstack_contract.health_rules import CHECKPOINT_AND_STOP
+from trainstack_contract.job_names import submitted_name
 from trainstack_contract.metric_lines import format_line
 from trainstack_contract.model_sizes import GPT_SIZES, is_hf_model, is_language_model
 from trainstack_contract.runtime_requirements import ASYNC_CHECKPOINT, meets, unmet_by_torch
@@ -466,7 +467,8 @@ def build_trainer(config: TrainConfig, context: distributed.DistContext, watchdo
         stop=StopRequest().install(),
         vote=distributed.StopVote(context),
         # before the throughput clock starts: opening the run is a few requests to the server
-        tracker=open_tracker(config, os.environ.get("TRAINING_JOB_NAME", "local")) if context.is_main else None,
+        # named as MlflowConfig names the run: trainstack's job name, also inside the team queue's AWSBatch<name><hex>
+        tracker=open_tracker(config, submitted_name(os.environ.get("TRAINING_JOB_NAME", "local"))) if context.is_main else None,
         throughput=Throughput(flops_per_token, peak_flops(context.device, config.precision), context.world_size),
         tensorboard=open_tensorboard(config.tensorboard_dir) if config.tensorboard_dir and context.is_main else None,
         faults=FaultHooks.read(context.rank).install(parallel.model.named_parameters(), layer_of),  # test-only: the twin's
