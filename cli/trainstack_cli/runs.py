@@ -22,8 +22,8 @@ from trainstack.failures import classify, failure_text
 from trainstack.identity import Run
 from trainstack.restarts import progress_at_end
 from trainstack.run_report import mlflow_run
-from trainstack.service_jobs import DISPATCHED, QUEUED
-from trainstack.workflow import RUNNING, trigger_of
+from trainstack.service_jobs import DISPATCHED, QUEUED, ended_in_queue
+from trainstack.workflow import NOT_STARTED, RUNNING, trigger_of
 from trainstack_cli.team_queue import ServiceJobView, batch_time, service_job_view
 from trainstack_contract.job_names import JobName
 
@@ -198,16 +198,17 @@ def queued_trial_view(
     queue = service_job_view(service_job, front, now)
     parsed = JobName.parse(queue.job_name)
     named = {"trial": trial_index(queue.job_name), "job_name": queue.job_name, "attempt": parsed.attempt if parsed else 0}
-    if training is not None and queue.status not in QUEUED:  # a job Batch requeued waits again
+    not_started = ended_in_queue(service_job, training["TrainingJobStatus"] if training else None)
+    if training is not None and queue.status not in QUEUED and not not_started:  # a job Batch requeued waits again
         return replace(trial_view(training, now, metrics), **named, queue=queue)
     if queue.status in QUEUED:
         status = QUEUED_STATUS
     elif queue.status in DISPATCHED:
         status = "InProgress"  # dispatched; its training job not described yet
-    elif queue.status == "SUCCEEDED":
-        status = "Completed"
+    elif not_started:
+        status = NOT_STARTED  # as the pipeline reports it (Describe)
     else:
-        status = "Stopped" if queue.terminated else "Failed"
+        status = "Completed" if queue.status == "SUCCEEDED" else "Failed"
     return TrialView(
         **named,
         status=status,
@@ -218,7 +219,7 @@ def queued_trial_view(
         ended=_time(batch_time(service_job.get("stoppedAt"))),
         billable_seconds=0,
         cost_usd=billed_usd(queue.instance_type, queue.instances, 0),
-        failure_reason=queue.reason if status in ("Failed", "Stopped") else "",
+        failure_reason=queue.reason if status in ("Failed", NOT_STARTED) else "",
         model_artifacts="",
         training_job_name="",
         queue=queue,

@@ -11,6 +11,8 @@ from rich.text import Text
 
 from trainstack.billing import cost_basis
 from trainstack.run_report import job_links
+from trainstack.service_jobs import CAPACITY_UNIT
+from trainstack.workflow import NOT_STARTED
 from trainstack_cli.runs import QUEUED_STATUS, RunView, StopView, TrialView
 from trainstack_cli.team_queue import RUNNABLE, QueueView, ServiceJobView
 from trainstack_contract.metric_lines import CHECKPOINT_STEP, LOSS, STEP, TOKENS_PER_SEC
@@ -22,6 +24,7 @@ STATUS_STYLES = {
     "Failed": "red",
     "ABORTED": "yellow",
     "Stopped": "yellow",
+    NOT_STARTED: "yellow",
     QUEUED_STATUS: "magenta",
 }
 
@@ -195,7 +198,7 @@ def capacity_text(usage: dict[str, float]) -> str:
 
 
 def _unit(unit: str, quantity: float) -> str:
-    if unit != "NUM_INSTANCES":
+    if unit != CAPACITY_UNIT:
         return unit
     return "instance" if quantity == 1 else "instances"
 

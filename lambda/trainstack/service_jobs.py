@@ -12,6 +12,10 @@ import json
 import re
 from typing import Any
 
+# Batch creates the training job as AWSBatch<jobName><32 hex of the attempt>, and its service-linked
+# role may act only on training jobs so named (AWSBatchServiceRolePolicyForSageMaker).
+from trainstack_contract.job_names import BATCH_TRAINING_JOB_PREFIX
+
 SERVICE_JOB_TYPE = "SAGEMAKER_TRAINING"
 # Statuses with no training job yet (the SageMaker SDK's `_no_training_job_status` agrees).
 QUEUED = ("SUBMITTED", "PENDING", "RUNNABLE")
@@ -23,13 +27,16 @@ ACTIVE = QUEUED + DISPATCHED
 FINAL = ("SUCCEEDED", "FAILED")
 PRIORITY_MIN, PRIORITY_MAX = 0, 9999  # SubmitServiceJob's schedulingPriority
 CLIENT_TOKEN_MAX = 64
+# A service environment's cap counted in instances, whatever their type (an instance type as the
+# unit means quota management, which trainstack does not use).
+CAPACITY_UNIT = "NUM_INSTANCES"
+# How long a job queue's RUNNABLE time limit may be (CreateJobQueue's maxTimeSeconds).
+TIME_LIMIT_SECONDS = (600, 86400)
+FRONT_OF_QUEUE_LENGTH = 100  # how many RUNNABLE jobs GetJobQueueSnapshot lists
 # A fair-share identifier as a job names it (CreateSchedulingPolicy's ShareAttributes; a policy's
 # entry may end in "*" to cover a prefix, a job's may not).
 SHARE_IDENTIFIER_MAX = 255
 SHARE_IDENTIFIER = re.compile(rf"^[A-Za-z0-9]{{1,{SHARE_IDENTIFIER_MAX}}}$")
-# Batch creates the training job as AWSBatch<jobName><32 hex of the attempt>, and its service-linked
-# role may act only on training jobs so named (AWSBatchServiceRolePolicyForSageMaker).
-BATCH_TRAINING_JOB_PREFIX = "AWSBatch"
 # The reasons a job queue's RUNNABLE time limit may name (CreateJobQueue's jobStateTimeLimitActions).
 INSUFFICIENT_CAPACITY = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
 OVER_ENVIRONMENT_CAP = "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE"
@@ -68,3 +75,13 @@ def training_job_name(service_job: dict[str, Any]) -> str:
     resource = (service_job.get("latestAttempt") or {}).get("serviceResourceId") or {}
     arn = resource.get("value", "")
     return arn.split(":training-job/", 1)[1] if ":training-job/" in arn else ""
+
+
+def ended_in_queue(service_job: dict[str, Any], training_status: str | None) -> bool:
+    """Whether the service job ended without a training job of its own running to the end: terminated
+    (`trainstack stop`, the queue's time limit) before any dispatch, or after Batch requeued it when
+    its training job failed for capacity (that failed job is still its latest attempt). Its trial did
+    not start, and Batch's statusReason says why."""
+    if service_job["status"] not in FINAL:
+        return False
+    return training_status is None or (bool(service_job.get("isTerminated")) and training_status == "Failed")

@@ -211,13 +211,13 @@ def test_a_dispatched_trial_is_its_training_job_read_under_trainstacks_name():
     )
 
 
-def test_a_job_terminated_in_the_queue_is_a_stopped_trial_with_batchs_reason():
+def test_a_job_terminated_in_the_queue_is_a_trial_that_did_not_start_with_batchs_reason():
     reason = "Terminated by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
     terminated = service_job(status="FAILED", isTerminated=True, statusReason=reason, stoppedAt=millis(NOW))
 
     trial = queued_trial_view(terminated, None, NOW, [])
 
-    assert (trial.status, trial.failure_reason, trial.ended) == ("Stopped", reason, NOW.isoformat(timespec="seconds"))
+    assert (trial.status, trial.failure_reason, trial.ended) == ("NotStarted", reason, NOW.isoformat(timespec="seconds"))
 
 
 # -- what runs, status and stop print -------------------------------------------------------------
@@ -451,7 +451,7 @@ def test_stop_terminates_a_queued_runs_service_job_so_it_never_gets_a_training_j
     (terminated,) = stopped.terminated
     assert (terminated.job_name, terminated.status, terminated.position) == (queued.job_name, "RUNNABLE", 1)
     (trial,) = stopped.run.trials
-    assert (stopped.run.status, trial.status, trial.training_job_name) == ("ABORTED", "Stopped", "")
+    assert (stopped.run.status, trial.status, trial.training_job_name) == ("ABORTED", "NotStarted", "")
     batch = boto3.client("batch", region_name=REGION)
     assert batch.describe_service_job(jobId=terminated.service_job_id).get("isTerminated") is True
     sagemaker = boto3.client("sagemaker", region_name=REGION)
@@ -499,3 +499,18 @@ def test_queue_lists_each_shares_jobs_in_dispatch_order_with_the_capacity_each_s
     )
     shown = printed(queue_table(view))
     assert "share research: 1 instance in use" in shown and running.job_name in shown and "share prod: nothing in use" in shown
+
+
+def test_a_job_terminated_in_the_queue_after_a_capacity_failure_did_not_start_either():
+    reason = "Terminated by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+    terminated = service_job(status="FAILED", isTerminated=True, statusReason=reason, stoppedAt=millis(NOW))
+    capacity_failed = {
+        "TrainingJobName": "AWSBatchtrainstack-x88b610a69aa8380ca5b0a7aba3f81cb8",
+        "TrainingJobStatus": "Failed",
+        "FailureReason": "CapacityError: Unable to provision requested ML compute capacity.",
+        "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2},
+    }
+
+    trial = queued_trial_view(terminated, capacity_failed, NOW, [])
+
+    assert (trial.status, trial.failure_reason) == ("NotStarted", reason)

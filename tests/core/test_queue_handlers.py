@@ -11,7 +11,8 @@ from botocore.stub import ANY
 from tests.core.specs import DDP
 from tests.core.stubbed import ENVIRONMENT as STACK_ENVIRONMENT
 from tests.core.stubbed import stubbed_clients
-from trainstack.handlers import create, describe, stop
+from trainstack.errors import ThrottledError
+from trainstack.handlers import create, describe, notify, stop
 from trainstack.handlers.environment import environment
 from trainstack.identity import Run
 from trainstack.request import build_request
@@ -32,7 +33,7 @@ QUEUED_SPEC = {**DDP, "inputs": {}, "queue": {"share": "prod", "priority": 9000}
 
 @pytest.fixture
 def stubbed(monkeypatch):
-    with stubbed_clients(monkeypatch, ENVIRONMENT, ("sagemaker", "batch")) as stubbers:
+    with stubbed_clients(monkeypatch, ENVIRONMENT, ("sagemaker", "batch", "sns")) as stubbers:
         yield stubbers
 
 
@@ -209,3 +210,62 @@ def test_stop_terminates_this_runs_service_jobs_and_leaves_other_runs_and_execut
     event_input = {"detail": {"bucket": {"name": "b"}, "object": {"key": "jobs/x.yaml", "version-id": "v1"}}}
     result = stop.handler({"detail": {"input": json.dumps(event_input), "name": "exec-1", "status": "ABORTED"}})
     assert result["stopped"] == [ours]
+
+
+def test_the_queued_payload_is_what_create_sends_createtrainingjob_for_the_same_spec_without_queue(stubbed):
+    sent = {}
+    sagemaker = stubbed["sagemaker"]
+    sagemaker.client.meta.events.register(
+        "provide-client-params.sagemaker.CreateTrainingJob", lambda params, **_: sent.update(params)
+    )
+    sagemaker.add_response("create_training_job", {"TrainingJobArn": "arn:aws:sagemaker:us-east-1:1:training-job/x"})
+    create.handler(_create_event({key: value for key, value in QUEUED_SPEC.items() if key != "queue"}))
+    submitted = {}
+    stubbed["batch"].client.meta.events.register(
+        "provide-client-params.batch.SubmitServiceJob", lambda params, **_: submitted.update(params)
+    )
+    stubbed["batch"].add_response("list_service_jobs", {"jobSummaryList": []})
+    stubbed["batch"].add_response("submit_service_job", {"jobName": sent["TrainingJobName"], "jobId": "job-1"})
+    create.handler(_create_event())
+    assert submitted["serviceRequestPayload"] == json.dumps(sent)
+
+
+def test_describe_reports_a_job_terminated_in_the_queue_after_a_capacity_requeue_not_started_with_batchs_reason(stubbed):
+    renamed = "AWSBatchtrainstack-x88b610a69aa8380ca5b0a7aba3f81cb8"
+    reason = "Terminated by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+    stubbed["batch"].add_response("describe_service_job", _service_job("FAILED", renamed, isTerminated=True, statusReason=reason))
+    failed = _training_job(renamed, "Failed", "CapacityError: Unable to provision requested ML compute capacity.")
+    stubbed["sagemaker"].add_response("describe_training_job", failed)
+    result = describe.handler({"job_name": "trainstack-x", "service_job_id": "job-1", "poll_seconds": 60, "attempts": []})
+    assert (result["status"], result["failure_reason"], result["retry"]) == ("NotStarted", reason, False)
+
+
+def test_describe_waits_on_a_training_job_batch_created_a_moment_before_sagemaker_describes_it(stubbed):
+    renamed = "AWSBatchtrainstack-x88b610a69aa8380ca5b0a7aba3f81cb8"
+    stubbed["batch"].add_response("describe_service_job", _service_job("SCHEDULED", renamed))
+    stubbed["sagemaker"].add_client_error(
+        "describe_training_job", service_error_code="ValidationException", service_message="Requested resource not found."
+    )
+    result = describe.handler({"job_name": "trainstack-x", "service_job_id": "job-1", "poll_seconds": 60})
+    assert (result["status"], result["secondary_status"]) == ("InProgress", "Service job SCHEDULED")
+
+
+def test_create_turns_a_throttled_lookup_in_the_queue_into_the_retried_error(stubbed):
+    stubbed["batch"].add_client_error(
+        "list_service_jobs", service_error_code="TooManyRequestsException", service_message="Too many requests"
+    )
+    with pytest.raises(ThrottledError):
+        create.handler(_create_event())
+
+
+def test_notify_links_a_queued_trial_to_the_training_job_batch_created(stubbed):
+    renamed = "AWSBatchtrainstack-x88b610a69aa8380ca5b0a7aba3f81cb8"
+    stubbed["batch"].add_response("describe_service_job", _service_job("SUCCEEDED", renamed))
+    stubbed["sagemaker"].add_response("describe_training_job", _training_job(renamed, "Completed"))
+    trial = describe.handler({"job_name": "trainstack-x", "service_job_id": "job-1", "poll_seconds": 60, "attempts": []})
+    sent = {}
+    stubbed["sns"].add_response("publish", {"MessageId": "1"})
+    stubbed["sns"].client.meta.events.register("provide-client-params.sns.Publish", lambda params, **_: sent.update(params))
+    notify.handler({"results": [trial], "execution": "arn:aws:states:us-east-1:123456789012:execution:trainstack:run-1"})
+    (reported,) = json.loads(sent["Message"])["trials"]
+    assert reported["job_name"] == "trainstack-x" and reported["links"]["job"].endswith(f"#/jobs/{renamed}")

@@ -3,6 +3,8 @@ submit the same request to the team queue as an AWS Batch service job instead.""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -79,20 +81,31 @@ def _submit(batch: Any, arguments: dict[str, Any]) -> dict[str, Any]:
     (a redelivered event, a redriven execution) is polled. The client token (the name) makes Batch
     refuse a second submission that races this lookup; the lookup after the refusal finds the first."""
     job_name = arguments["jobName"]
-    found = _queued_job(batch, arguments["jobQueue"], job_name)
-    if found:
-        return {"job_name": job_name, "service_job_id": found, "created": False}
-    try:
-        submitted = batch.submit_service_job(**arguments)
-    except ClientError as error:
-        code, message = error.response["Error"]["Code"], error.response["Error"].get("Message", "")
-        if code in THROTTLING:
-            raise ThrottledError(f"{job_name}: {message}") from None
+    with _throttling_retried(job_name):
         found = _queued_job(batch, arguments["jobQueue"], job_name)
-        if not found:
-            raise
-        return {"job_name": job_name, "service_job_id": found, "created": False}
+        if found:
+            return {"job_name": job_name, "service_job_id": found, "created": False}
+        try:
+            submitted = batch.submit_service_job(**arguments)
+        except ClientError as error:
+            if error.response["Error"]["Code"] in THROTTLING:
+                raise
+            found = _queued_job(batch, arguments["jobQueue"], job_name)
+            if not found:
+                raise
+            return {"job_name": job_name, "service_job_id": found, "created": False}
     return {"job_name": job_name, "service_job_id": submitted["jobId"], "created": True}
+
+
+@contextmanager
+def _throttling_retried(job_name: str) -> Iterator[None]:
+    """A throttled Batch call raised as ThrottledError, which the state machine retries."""
+    try:
+        yield
+    except ClientError as error:
+        if error.response["Error"]["Code"] in THROTTLING:
+            raise ThrottledError(f"{job_name}: {error.response['Error'].get('Message', '')}") from None
+        raise
 
 
 def _queued_job(batch: Any, queue_arn: str, job_name: str) -> str:

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from trainstack.errors import THROTTLING, ThrottledError
 from trainstack.handlers.environment import client, environment
 from trainstack.restarts import CAPACITY_RETRY, RESTART, RestartPolicy, after_job, decided
-from trainstack.service_jobs import FINAL, QUEUED, training_job_name
+from trainstack.service_jobs import FINAL, QUEUED, ended_in_queue, training_job_name
 from trainstack.workflow import (
     CAPACITY_RETRIES,
     ENDED,
@@ -65,19 +65,16 @@ def _queued(job_name: str, service_job_id: str) -> tuple[dict[str, Any], dict[st
     service_job = _call(job_name, client("batch").describe_service_job, jobId=service_job_id)
     status = service_job["status"]
     training_job = training_job_name(service_job)
-    description: dict[str, Any] = {}
-    if training_job:
-        description = _call(job_name, client("sagemaker").describe_training_job, TrainingJobName=training_job)
-        result = summary(description)
-    else:
-        result = summary({"TrainingJobName": job_name, "TrainingJobStatus": NOT_STARTED})
-    if status not in FINAL and (not training_job or result["status"] in ENDED):
+    description = _dispatched(job_name, training_job, waiting=status not in FINAL) if training_job else {}
+    result = summary(description or {"TrainingJobName": job_name, "TrainingJobStatus": NOT_STARTED})
+    if status not in FINAL and (not description or result["status"] in ENDED):
         # Queued; or dispatched, and its training job ended while the service job did not: Batch is
         # ending it, or requeues it (capacity). Either way the trial waits on the service job.
         result["status"] = "InProgress"
         result["secondary_status"] = f"Queued ({status})" if status in QUEUED else f"Service job {status}"
         result["failure_reason"] = service_job.get("statusReason", "")
-    elif not training_job:  # terminated in the queue (`trainstack stop`, the queue's time limit)
+    elif ended_in_queue(service_job, description.get("TrainingJobStatus")):
+        result["status"] = NOT_STARTED
         result["failure_reason"] = service_job.get("statusReason", "")
     return description, {
         **result,
@@ -89,6 +86,17 @@ def _queued(job_name: str, service_job_id: str) -> tuple[dict[str, Any], dict[st
             "priority": service_job.get("schedulingPriority", 0),
         },
     }
+
+
+def _dispatched(job_name: str, training_job: str, waiting: bool) -> dict[str, Any]:
+    """DescribeTrainingJob of the job Batch created; {} for one it created a moment ago that SageMaker
+    does not describe yet (`waiting`: the service job has not ended), as the next poll will."""
+    try:
+        return _call(job_name, client("sagemaker").describe_training_job, TrainingJobName=training_job)
+    except ClientError as error:
+        if waiting and error.response["Error"]["Code"] == "ValidationException":
+            return {}
+        raise
 
 
 def _call(job_name: str, operation: Any, **arguments: Any) -> dict[str, Any]:

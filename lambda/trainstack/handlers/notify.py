@@ -36,8 +36,10 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         outcome["execution_arn"] = execution
         outcome["links"] = {"execution": execution_link(execution)}
         for trial in outcome["trials"]:
-            if trial["job_name"]:
-                trial["links"] = job_links(execution, trial["job_name"])
+            # the console's job: through the team queue, the one Batch created (AWSBatch<name><hex>)
+            training_job = trial.get("training_job_name") or trial["job_name"]
+            if training_job:
+                trial["links"] = job_links(execution, training_job)
     outcome["cost_usd"] = total_usd([t["cost_usd"] for t in outcome["trials"] if "cost_usd" in t])
     outcome["cost_basis"] = cost_basis()
     for line in metric_lines(outcome["trials"], environment().stack.name_prefix, int(time.time() * 1000)):
@@ -78,6 +80,8 @@ def _trial(result: dict[str, Any]) -> dict[str, Any]:
     attempts = result.get("attempts", [])
     return {
         "job_name": result["job_name"],
+        **({"training_job_name": result["training_job_name"]} if result.get("training_job_name") else {}),
+        **({"queue": result["queue"]} if "queue" in result else {}),
         "status": result["status"],
         "reason": _reason_across(attempts) if len(attempts) > 1 else result.get("failure_reason", ""),
         "model_artifacts": result.get("model_artifacts", ""),
