@@ -4,12 +4,13 @@ equal weight, and their jobs really train once the queue dispatches them."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 import boto3
 import pytest
 
-from tests.local.twin_runs import start_inline
+from tests.local.twin_runs import function_log, start_inline
 from tests.synth import synthesize
 from trainstack.polling import poll_until
 from trainstack.service_jobs import BATCH_TRAINING_JOB_PREFIX, training_job_name
@@ -138,3 +139,29 @@ def test_a_queued_runs_training_job_is_the_one_its_service_job_names(queued):
     described = batch().describe_service_job(jobId=summary["jobId"])
     (created,) = [j["TrainingJobName"] for j in training_jobs() if "named" in j["TrainingJobName"]]
     assert created == training_job_name(described) and created.startswith(f"{BATCH_TRAINING_JOB_PREFIX}{summary['jobName']}")
+
+
+def test_a_queued_run_whose_execution_is_stopped_ends_aborted_and_the_stop_rule_terminates_its_waiting_job(queued):
+    stack, _ = queued
+    set_environment(stack, "DISABLED")  # nothing is dispatched: the job waits in the queue
+    try:
+        execution = start_inline(stack, job("halted", share="prod"), "halted")
+        (waiting,) = poll_until(
+            lambda: [j for j in service_jobs(stack, "RUNNABLE") if j["jobName"].startswith("trainstack-halted-")],
+            timeout=60,
+            what="the run's job to wait in the queue",
+        )
+        boto3.client("stepfunctions", region_name=REGION).stop_execution(executionArn=execution)
+        assert finish(execution).status == "ABORTED"
+        ended = poll_until(
+            lambda: batch().describe_service_job(jobId=waiting["jobId"]),
+            lambda found: found.get("isTerminated"),
+            timeout=60,
+            what="the Stop rule to terminate the waiting job",
+        )
+    finally:
+        set_environment(stack, "ENABLED")
+    assert ended["status"] == "FAILED" and "latestAttempt" not in ended
+    assert any(line.startswith(f"halted ABORTED: terminated {waiting['jobName']}") for line in function_log("trainstack-stop"))
+    time.sleep(1)  # ten of the Batch twin's scheduler passes with the queue enabled again
+    assert not [j for j in training_jobs() if "halted" in j["TrainingJobName"]]

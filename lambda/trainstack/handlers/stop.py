@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from trainstack.handlers.environment import client, environment
 from trainstack.identity import TAG_EXECUTION, Run
 from trainstack.service_jobs import ACTIVE
@@ -61,7 +63,13 @@ def _terminate_service_jobs(run: Run, detail: dict[str, Any]) -> list[str]:
             if creator != detail["name"]:
                 print(f"{ended}: left {job['jobName']} {status} in the queue, submitted by execution {creator}")
                 continue
-            batch.terminate_service_job(jobId=job["jobId"], reason=ended)
+            try:
+                batch.terminate_service_job(jobId=job["jobId"], reason=ended)
+            except ClientError as error:  # `trainstack stop` terminated it first, or it has just ended
+                if batch.describe_service_job(jobId=job["jobId"])["status"] in ACTIVE:
+                    raise
+                print(f"{ended}: {job['jobName']} had ended ({error.response['Error'].get('Message', '')})")
+                continue
             terminated.append(job["jobName"])
             print(f"{ended}: terminated {job['jobName']} ({status} in the queue)")
     return terminated
