@@ -139,9 +139,10 @@ class TrainingPipeline(Construct):
         if defaults.queue:
             # A queued job is submitted to Batch, whose service-linked role then calls CreateTrainingJob.
             # The PassRole above also covers SubmitServiceJob's (the payload passes the execution role to
-            # sagemaker.amazonaws.com). The service-linked role needs no key grant: SageMaker asks the
-            # caller for kms:CreateGrant only where the execution role may not create the volume
-            # key's grant itself, and it may (stacks/roles.py, VolumeKeyGrants).
+            # sagemaker.amazonaws.com). No key grant for the service-linked role: SageMaker's permissions
+            # reference asks the caller for kms:CreateGrant only where the execution role may not create
+            # the volume key's grant itself, and it may (stacks/roles.py, VolumeKeyGrants). Unverified in
+            # a real account: whether SageMaker asks the caller for anything else of the key.
             defaults.queue.grant_submit(create_role)
             defaults.queue.grant_describe(self.functions["describe"].role)
             defaults.queue.grant_terminate(stop_role)

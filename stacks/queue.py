@@ -15,7 +15,8 @@ from aws_cdk import aws_batch as batch
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from trainstack.service_jobs import SERVICE_JOB_TYPE, TIME_LIMIT_REASONS, batch_training_job_prefix
+from trainstack.identity import TAG_LINEAGE
+from trainstack.service_jobs import CAPACITY_UNIT, SERVICE_JOB_TYPE, TIME_LIMIT_REASONS, batch_training_job_prefix
 
 # batch:ListServiceJobs and batch:DescribeServiceJob support no resource type (Service Authorization Reference).
 ANY_RESOURCE = "*"
@@ -56,7 +57,7 @@ class TeamQueue(Construct):
             service_environment_type=SERVICE_JOB_TYPE,
             # Counted as the instances each job asks for (ResourceConfig.InstanceCount), whatever their type.
             capacity_limits=[
-                batch.CfnServiceEnvironment.CapacityLimitProperty(capacity_unit="NUM_INSTANCES", max_capacity=max_instances)
+                batch.CfnServiceEnvironment.CapacityLimitProperty(capacity_unit=CAPACITY_UNIT, max_capacity=max_instances)
             ],
         )
         # Always fair share, even for one team: a queue created without a policy (FIFO) can never gain one.
@@ -117,4 +118,11 @@ class TeamQueue(Construct):
         iam.Grant.add_to_principal(
             grantee=grantee, actions=["batch:ListServiceJobs", "batch:DescribeServiceJob"], resource_arns=[ANY_RESOURCE]
         )
-        iam.Grant.add_to_principal(grantee=grantee, actions=["batch:TerminateServiceJob"], resource_arns=[self.service_jobs_arn])
+        # Only trainstack's service jobs (Create tags each with its run's lineage), not another queue's.
+        grantee.grant_principal.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["batch:TerminateServiceJob"],
+                resources=[self.service_jobs_arn],
+                conditions={"Null": {f"aws:ResourceTag/{TAG_LINEAGE}": "false"}},
+            )
+        )

@@ -13,6 +13,7 @@ from typing import Any
 
 from trainstack.naming import DEFAULT_NAME_PREFIX, NAME_PREFIX_PATTERN
 from trainstack.rules.tracking import STACK_SETTING, arn_region, is_mlflow_arn
+from trainstack.service_jobs import SHARE_IDENTIFIER, TIME_LIMIT_SECONDS
 
 # Interface endpoints a training VPC may need without NAT. Each costs ~$7.30/month per AZ
 # (see tools/prices.json), so none is on by default: SageMaker pulls images and ships logs outside
@@ -37,12 +38,10 @@ ACCOUNT_PATTERN = re.compile(r"^\d{12}$")
 REGION_PATTERN = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 # A fair-share identifier (CreateSchedulingPolicy's shareIdentifier): up to 255 letters and digits.
 # Batch's trailing `*` (one entry for every share so prefixed) is left out: a spec names its share exactly.
-SHARE_PATTERN = re.compile(r"[A-Za-z0-9]{1,255}")
 # ShareAttributes.weightFactor: a share's usage counts this many times over, so a lower weight gets more.
 SHARE_WEIGHT_MIN, SHARE_WEIGHT_MAX = 0.0001, 999.9999
 SHARES_EXPECTED = 'expected at least one share and its weight: {"research": 1, "prod": 0.5} or research:1,prod:0.5'
 # A job queue's RUNNABLE time limit (JobStateTimeLimitAction.maxTimeSeconds).
-CAPACITY_WAIT_MIN_SECONDS, CAPACITY_WAIT_MAX_SECONDS = 600, 86400
 
 
 class SettingsError(ValueError):
@@ -179,8 +178,8 @@ class StackSettings:
             values["queue_capacity_wait_seconds"] = _integer(
                 "queue_capacity_wait_seconds",
                 raw["queue_capacity_wait_seconds"],
-                low=CAPACITY_WAIT_MIN_SECONDS,
-                high=CAPACITY_WAIT_MAX_SECONDS,
+                low=TIME_LIMIT_SECONDS[0],
+                high=TIME_LIMIT_SECONDS[1],
             )
         settings = cls(**values)
         settings._check_consistency(explicit_subnet_count="subnet_count" in raw)
@@ -281,7 +280,7 @@ def _shares(setting: str, value: Any) -> tuple[tuple[str, float], ...]:
         raise SettingsError(setting, value, SHARES_EXPECTED)
     shares = []
     for name, weight in value.items():
-        if not SHARE_PATTERN.fullmatch(str(name)):
+        if not SHARE_IDENTIFIER.fullmatch(str(name)):
             raise SettingsError(setting, name, "a share identifier is 1-255 letters and digits")
         shares.append((str(name), _weight(setting, str(name), weight)))
     return tuple(shares)

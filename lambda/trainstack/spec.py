@@ -169,8 +169,9 @@ class Queue(_Strict):
         default=0, ge=PRIORITY_MIN, le=PRIORITY_MAX, description="0-9999: within the share, higher priorities start first"
     )
     max_wait: int = Field(
-        default=72 * 3600, description="duration the job may wait in the queue, e.g. 3d: past it the run fails and its "
-        "service job is terminated (the queue itself ends only a job at its head that cannot get capacity)"
+        default=72 * 3600, description="duration, e.g. 3d, that the run's deadline allows each attempt to wait in the "
+        "queue (nothing in AWS bounds a wait behind other jobs); a run still going past its deadline fails and its "
+        "service jobs are terminated"
     )  # fmt: skip
 
     _duration = field_validator("max_wait", mode="before")(lambda cls, v: parse_duration(v))

@@ -67,19 +67,21 @@ from botocore.validate import ParamValidator
 
 from trainstack.service_jobs import (
     BATCH_TRAINING_JOB_PREFIX,
+    CAPACITY_UNIT,
     CLIENT_TOKEN_MAX,
     DISPATCHED,
     FINAL,
+    FRONT_OF_QUEUE_LENGTH,
     INSUFFICIENT_CAPACITY,
     OVER_ENVIRONMENT_CAP,
     PRIORITY_MAX,
     PRIORITY_MIN,
     QUEUED,
     SERVICE_JOB_TYPE,
+    TIME_LIMIT_SECONDS,
 )
 from trainstack_local.sagemaker_twin import SageMakerTwin
 
-CAPACITY_UNIT = "NUM_INSTANCES"  # the twin's only capacity unit (an instance type means quota management)
 STATUSES = (*QUEUED, *DISPATCHED, *FINAL)
 # Why a RUNNABLE job at the head waits: the reason a time limit names, and the statusReason meanwhile.
 QUOTA_EXCEEDED = "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED"
@@ -102,10 +104,8 @@ QUEUE_PRIORITY_RANGE = (0, 1000)
 ATTEMPTS_RANGE = (1, 10)
 EVALUATE_ON_EXIT_MAX = 5
 STATUS_REASON_PATTERN_MAX = 512
-TIME_LIMIT_RANGE = (600, 86400)
 TAGS_MAX, TAG_KEY_MAX, TAG_VALUE_MAX = 50, 128, 256
 LIST_RESULTS_MAX = 100
-SNAPSHOT_JOBS = 100
 TOP_SHARES = 20
 FILTERS = ("JOB_NAME", "BEFORE_CREATED_AT", "AFTER_CREATED_AT", "SHARE_IDENTIFIER", "QUOTA_SHARE_NAME")
 # Batch's lowercase action (its URL path, /v1/<action>) -> the BatchTwin method that answers it.
@@ -408,7 +408,7 @@ class BatchTwin:
         now = time.time()
         with self._lock:
             queue = self._queue(params["jobQueue"])
-            order = self._order(queue, now)[:SNAPSHOT_JOBS]
+            order = self._order(queue, now)[:FRONT_OF_QUEUE_LENGTH]
             in_use: dict[str | None, int] = {}
             for job in self.jobs.values():
                 if job.queue is queue and job.status in DISPATCHED:
@@ -828,7 +828,7 @@ def _max_instances(limits: list[dict[str, Any]]) -> int:
 def _time_limit(action: dict[str, Any]) -> dict[str, Any]:
     _require(action["state"] == "RUNNABLE", "jobStateTimeLimitActions: state must be RUNNABLE")
     _require(action["action"] == "TERMINATE", "jobStateTimeLimitActions: a SAGEMAKER_TRAINING job queue supports TERMINATE only")
-    _require_range(action["maxTimeSeconds"], TIME_LIMIT_RANGE, "jobStateTimeLimitActions maxTimeSeconds")
+    _require_range(action["maxTimeSeconds"], TIME_LIMIT_SECONDS, "jobStateTimeLimitActions maxTimeSeconds")
     reasons = (INSUFFICIENT_CAPACITY, OVER_ENVIRONMENT_CAP, QUOTA_EXCEEDED)
     _require(action["reason"] in reasons, f"jobStateTimeLimitActions: reason must be one of {', '.join(reasons)}")
     return dict(action)

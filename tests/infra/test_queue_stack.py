@@ -230,3 +230,9 @@ def test_the_failed_job_alarm_watches_the_training_jobs_batch_creates_too(queue_
     ]
     prefixes = [entry["prefix"] for entry in rule["Properties"]["EventPattern"]["detail"]["TrainingJobName"]]
     assert prefixes == ["trainstack-", "AWSBatchtrainstack-"]
+
+
+def test_stop_may_terminate_only_service_jobs_tagged_with_a_trainstack_lineage(queue_stack):
+    (policy,) = [p for i, p in queue_stack.resources("AWS::IAM::ManagedPolicy").items() if i.startswith("PipelineStopRole")]
+    (statement,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Action"] == "batch:TerminateServiceJob"]
+    assert statement["Condition"] == {"Null": {"aws:ResourceTag/trainstack:lineage": "false"}}
