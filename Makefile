@@ -55,9 +55,9 @@ lint: synth ## ruff, cfn-lint and checkov over the synthesized template
 	$(VENV)/bin/cfn-lint cdk.out/$(STACK).template.json || test $$? -eq 4  # 4: warnings only (W3005 in CDK's own handlers)
 	$(CHECKOV) -f cdk.out/$(STACK).template.json --framework cloudformation --skip-download --compact --quiet
 
-# Two workers, each file whole on one (its module fixtures, one twin per module, stay shared): CI's
-# clean clone of 938 tests took 920 s for the whole `.ci/run`, installs included (2026-11-25, 2 cores;
-# the day before, on a machine about half as fast, 846 took 1919 s). The ten slowest are listed at the end.
+# Two workers, each file whole on one (its module fixtures, one twin per module, stay shared): a clean
+# clone of 1075 tests took 1005 s for the whole `.ci/run`, installs included, pytest 848 s (2026-11-25,
+# 2 cores; CI's own run of 938 took 920 s the same day). The ten slowest are listed at the end.
 test: setup system-packages runtimes ## install, then run every test (ruff included)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
