@@ -13,4 +13,4 @@ class CapacityUnavailableError(Exception):
 
 
 class ThrottledError(Exception):
-    """The SageMaker API throttled the call; retried quickly."""
+    """An AWS API (SageMaker, Batch) throttled the call; retried quickly."""

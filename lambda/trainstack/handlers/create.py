@@ -3,14 +3,12 @@ submit the same request to the team queue as an AWS Batch service job instead.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from trainstack.errors import THROTTLING, CapacityUnavailableError, ThrottledError
-from trainstack.handlers.environment import client, environment
+from trainstack.errors import THROTTLING, CapacityUnavailableError
+from trainstack.handlers.environment import client, environment, throttling_retried
 from trainstack.identity import Run
 from trainstack.service_jobs import submit_arguments
 from trainstack.workflow import next_poll_seconds
@@ -58,21 +56,20 @@ def _create(request: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
     """CreateTrainingJob; a job of that name already made (a redelivered event, a redriven execution) is polled."""
     job_name = request["TrainingJobName"]
     created = True
-    try:
-        client("sagemaker").create_training_job(**request)
-    except ClientError as error:
-        code, message = error.response["Error"]["Code"], error.response["Error"].get("Message", "")
-        if code == "ResourceInUse" or "already exists" in message:
-            created = False  # a redelivered event or a redriven execution: poll the job we made
-        elif code == "ResourceLimitExceeded":
-            raise CapacityUnavailableError(
-                f"{job_name}: {message} Request a quota increase for {spec.instance_count} x {spec.instance_type} "
-                "training (Service Quotas, SageMaker), or choose another instance type or region."
-            ) from None
-        elif code in THROTTLING:
-            raise ThrottledError(f"{job_name}: {message}") from None
-        else:
-            raise
+    with throttling_retried(job_name):
+        try:
+            client("sagemaker").create_training_job(**request)
+        except ClientError as error:
+            code, message = error.response["Error"]["Code"], error.response["Error"].get("Message", "")
+            if code == "ResourceInUse" or "already exists" in message:
+                created = False  # a redelivered event or a redriven execution: poll the job we made
+            elif code == "ResourceLimitExceeded":
+                raise CapacityUnavailableError(
+                    f"{job_name}: {message} Request a quota increase for {spec.instance_count} x {spec.instance_type} "
+                    "training (Service Quotas, SageMaker), or choose another instance type or region."
+                ) from None
+            else:
+                raise
     return {"job_name": job_name, "created": created}
 
 
@@ -81,7 +78,7 @@ def _submit(batch: Any, arguments: dict[str, Any]) -> dict[str, Any]:
     (a redelivered event, a redriven execution) is polled. The client token (the name) makes Batch
     refuse a second submission that races this lookup; the lookup after the refusal finds the first."""
     job_name = arguments["jobName"]
-    with _throttling_retried(job_name):
+    with throttling_retried(job_name):
         found = _queued_job(batch, arguments["jobQueue"], job_name)
         if found:
             return {"job_name": job_name, "service_job_id": found, "created": False}
@@ -95,17 +92,6 @@ def _submit(batch: Any, arguments: dict[str, Any]) -> dict[str, Any]:
                 raise
             return {"job_name": job_name, "service_job_id": found, "created": False}
     return {"job_name": job_name, "service_job_id": submitted["jobId"], "created": True}
-
-
-@contextmanager
-def _throttling_retried(job_name: str) -> Iterator[None]:
-    """A throttled Batch call raised as ThrottledError, which the state machine retries."""
-    try:
-        yield
-    except ClientError as error:
-        if error.response["Error"]["Code"] in THROTTLING:
-            raise ThrottledError(f"{job_name}: {error.response['Error'].get('Message', '')}") from None
-        raise
 
 
 def _queued_job(batch: Any, queue_arn: str, job_name: str) -> str:

@@ -14,8 +14,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from trainstack.errors import THROTTLING, ThrottledError
-from trainstack.handlers.environment import client, environment
+from trainstack.handlers.environment import client, environment, throttling_retried
 from trainstack.restarts import CAPACITY_RETRY, RESTART, RestartPolicy, after_job, decided
 from trainstack.service_jobs import FINAL, QUEUED, ended_in_queue, training_job_name
 from trainstack.workflow import (
@@ -34,7 +33,8 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if service_job_id:
         description, result = _queued(event["job_name"], service_job_id)
     else:
-        description = _call(event["job_name"], client("sagemaker").describe_training_job, TrainingJobName=event["job_name"])
+        with throttling_retried(event["job_name"]):
+            description = client("sagemaker").describe_training_job(TrainingJobName=event["job_name"])
         result = summary(description)
     env = environment()
     attempts = event.get("attempts", [])
@@ -62,7 +62,8 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
 def _queued(job_name: str, service_job_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The training job's description (empty while none was created) and the trial's summary, for a
     job in the team queue: `job_name` stays trainstack's, `training_job_name` is Batch's."""
-    service_job = _call(job_name, client("batch").describe_service_job, jobId=service_job_id)
+    with throttling_retried(job_name):
+        service_job = client("batch").describe_service_job(jobId=service_job_id)
     status = service_job["status"]
     training_job = training_job_name(service_job)
     description = _dispatched(job_name, training_job, waiting=status not in FINAL) if training_job else {}
@@ -92,20 +93,11 @@ def _dispatched(job_name: str, training_job: str, waiting: bool) -> dict[str, An
     """DescribeTrainingJob of the job Batch created; {} for one it created a moment ago that SageMaker
     does not describe yet (`waiting`: the service job has not ended), as the next poll will."""
     try:
-        return _call(job_name, client("sagemaker").describe_training_job, TrainingJobName=training_job)
+        with throttling_retried(job_name):
+            return client("sagemaker").describe_training_job(TrainingJobName=training_job)
     except ClientError as error:
         if waiting and error.response["Error"]["Code"] == "ValidationException":
             return {}
-        raise
-
-
-def _call(job_name: str, operation: Any, **arguments: Any) -> dict[str, Any]:
-    """One describe call, a throttled one raised as ThrottledError (the state machine retries it)."""
-    try:
-        return operation(**arguments)
-    except ClientError as error:
-        if error.response["Error"]["Code"] in THROTTLING:
-            raise ThrottledError(f"{job_name}: {error.response['Error'].get('Message', '')}") from None
         raise
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from trainstack.errors import THROTTLING, ThrottledError
 from trainstack.stack_context import StackContext
 from trainstack.workflow import FIRST_POLL_SECONDS, MAX_POLL_SECONDS
 
@@ -75,3 +77,19 @@ def use_client_factory(factory: Callable[[str], Any] | None) -> None:
     _factory = factory
     _default_client.cache_clear()
     environment.cache_clear()
+
+
+@contextmanager
+def throttling_retried(subject: str) -> Iterator[None]:
+    """An AWS call throttled in the block is raised as ThrottledError, its message naming `subject`:
+    the state machine retries it quickly (workflow.THROTTLED_RETRY). Any other error passes through."""
+    # On the call, not with the module: every handler imports this one, and Validate's cold start
+    # needs no botocore (tools/bench_lambda.py).
+    from botocore.exceptions import ClientError
+
+    try:
+        yield
+    except ClientError as error:
+        if error.response["Error"]["Code"] in THROTTLING:
+            raise ThrottledError(f"{subject}: {error.response['Error'].get('Message', '')}") from None
+        raise
