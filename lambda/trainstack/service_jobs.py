@@ -58,16 +58,12 @@ def submit_arguments(request: dict[str, Any], queue_arn: str, share: str, priori
         "jobName": name,
         "jobQueue": queue_arn,
         "serviceJobType": SERVICE_JOB_TYPE,
-        "serviceRequestPayload": payload_of(request),
+        "serviceRequestPayload": json.dumps(request),
         "shareIdentifier": share,
         "schedulingPriority": priority,
         "clientToken": name[:CLIENT_TOKEN_MAX],
         "tags": {tag["Key"]: tag["Value"] for tag in request.get("Tags", [])},
     }
-
-
-def payload_of(request: dict[str, Any]) -> str:
-    return json.dumps(request)
 
 
 def training_job_name(service_job: dict[str, Any]) -> str:
