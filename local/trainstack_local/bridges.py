@@ -223,6 +223,10 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
             twin.feed.run_started(execution.name)
         return execution
 
+    def publish(entry: dict[str, Any]) -> None:
+        """One event onto moto's default bus, where the stack's rules match it."""
+        events_backends[account][region].put_events([entry])
+
     def status_changed(execution: Any, status: str) -> None:
         if twin.feed is not None:
             twin.feed.run_ended(execution.name, status, getattr(execution, "cause", None))
@@ -233,9 +237,7 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
             "status": status,
             "input": execution.execution_input,
         }
-        events_backends[account][region].put_events(
-            [{"Source": "aws.states", "DetailType": "Step Functions Execution Status Change", "Detail": json.dumps(detail)}]
-        )
+        publish({"Source": "aws.states", "DetailType": "Step Functions Execution Status Change", "Detail": json.dumps(detail)})
 
     stopped: set[str] = set()
 
@@ -276,9 +278,6 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
         """The twin's queues and moto's, as one answer (moto leaves out the names it does not hold)."""
         ours = batch.describe_job_queues({"jobQueues": self._get_param("jobQueues") or []})
         return json.dumps({"jobQueues": ours + json.loads(describe_job_queues(self))["jobQueues"]})
-
-    def publish(entry: dict[str, Any]) -> None:
-        events_backends[account][region].put_events([entry])
 
     def fairshare_policy(arn: str) -> dict[str, Any] | None:
         found = batch_backends[account][region].describe_scheduling_policies([arn])
