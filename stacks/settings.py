@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -36,12 +37,9 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
 AZ_ID_PATTERN = re.compile(r"^[a-z]{2,4}\d-az\d{1,2}$")
 ACCOUNT_PATTERN = re.compile(r"^\d{12}$")
 REGION_PATTERN = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
-# A fair-share identifier (CreateSchedulingPolicy's shareIdentifier): up to 255 letters and digits.
-# Batch's trailing `*` (one entry for every share so prefixed) is left out: a spec names its share exactly.
 # ShareAttributes.weightFactor: a share's usage counts this many times over, so a lower weight gets more.
 SHARE_WEIGHT_MIN, SHARE_WEIGHT_MAX = 0.0001, 999.9999
 SHARES_EXPECTED = 'expected at least one share and its weight: {"research": 1, "prod": 0.5} or research:1,prod:0.5'
-# A job queue's RUNNABLE time limit (JobStateTimeLimitAction.maxTimeSeconds).
 
 
 class SettingsError(ValueError):
@@ -248,13 +246,19 @@ def _integer(setting: str, value: Any, *, low: int, high: int | None = None) -> 
     expected = (
         f"expected a whole number from {low} to {high}" if high is not None else f"expected a whole number of at least {low}"
     )
+    return _bounded(setting, value, int, low, high, expected)
+
+
+def _bounded(setting: str, value: Any, convert: Callable[[str], float], low: float, high: float | None, expected: str) -> Any:
+    """A number from cdk.json or `-c` (text), within [low, high] (no upper bound for None); a flag,
+    text `convert` cannot read, or a number outside (nan included) is refused with `expected`."""
     if isinstance(value, bool):
         raise SettingsError(setting, value, expected)
     try:
-        number = int(str(value).strip())
+        number = convert(str(value).strip())
     except ValueError:
         raise SettingsError(setting, value, expected) from None
-    if number < low or (high is not None and number > high):
+    if not (low <= number and (high is None or number <= high)):
         raise SettingsError(setting, value, expected)
     return number
 
@@ -288,15 +292,7 @@ def _shares(setting: str, value: Any) -> tuple[tuple[str, float], ...]:
 
 def _weight(setting: str, share: str, value: Any) -> float:
     expected = f"share {share}'s weight must be a number from {SHARE_WEIGHT_MIN} to {SHARE_WEIGHT_MAX} (lower gets more)"
-    if isinstance(value, bool):
-        raise SettingsError(setting, value, expected)
-    try:
-        weight = float(str(value).strip())
-    except ValueError:
-        raise SettingsError(setting, value, expected) from None
-    if not SHARE_WEIGHT_MIN <= weight <= SHARE_WEIGHT_MAX:  # also refuses nan
-        raise SettingsError(setting, value, expected)
-    return weight
+    return _bounded(setting, value, float, SHARE_WEIGHT_MIN, SHARE_WEIGHT_MAX, expected)
 
 
 def _string_list(setting: str, value: Any) -> tuple[str, ...]:
