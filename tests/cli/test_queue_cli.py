@@ -18,7 +18,6 @@ import yaml
 
 from tests.synth import synthesize
 from trainstack.polling import poll_until
-from trainstack.service_jobs import payload_of
 from trainstack_cli import operate
 from trainstack_cli.main import main
 from trainstack_cli.runs import (
@@ -67,7 +66,7 @@ def service_job(job_id: str = "job-1", status: str = "RUNNABLE", **overrides) ->
         "shareIdentifier": "research",
         "schedulingPriority": 9000,
         "createdAt": millis(NOW - timedelta(minutes=5)),
-        "serviceRequestPayload": payload_of(request),
+        "serviceRequestPayload": json.dumps(request),
         **overrides,
     }
 
