@@ -152,13 +152,21 @@ class StoppedThenResumed:
     resumed_outcome: str
 
 
+UNREACHED = 1_000_000  # steps no job here reaches on its own
+RESUMED_STEPS = 400  # seconds of training on 2 CPU processes, well past a synchronous Lambda call
+
+
 @pytest.fixture(scope="module")
 def stopped_then_resumed(twin_stack) -> StoppedThenResumed:
     """A run stopped mid-training by stopping its execution, then resumed; while the resumed job trains,
     the first execution's ABORTED event reaches the Stop function again, as a late delivery or a DLQ
     redrive brings it. One lineage serves both scenarios below (each job start costs ~15 s here)."""
     stack, twin = twin_stack
-    job = spec("stop")
+    # The first job could not end on its own before the stop reaches it, however slowly the stop travels
+    # (execution ABORTED → EventBridge → Stop → StopTrainingJob → PID 1); with 200 steps, a loaded CI
+    # machine once let it complete first. The resumed job trains a fixed stretch past the saved step,
+    # long enough to be still training when the late stop arrives.
+    job = spec("stop", max_steps=UNREACHED, checkpoint_every=UNREACHED)
     sfn = boto3.client("stepfunctions", region_name=REGION)
     first = start_inline(stack, job, "stop-1", lineage="stop-lineage")
     run = job_run(twin, job_name(stack, job, "stop-1", lineage="stop-lineage"))
@@ -168,6 +176,7 @@ def stopped_then_resumed(twin_stack) -> StoppedThenResumed:
     saved = max(printed_steps(run))
     checkpoints = checkpoint_keys(run.name)
 
+    job = spec("stop", max_steps=saved + RESUMED_STEPS, checkpoint_every=UNREACHED)
     second = start_inline(stack, job, "stop-2", lineage="stop-lineage", resume=True)
     resumed = job_run(twin, job_name(stack, job, "stop-2", lineage="stop-lineage", resume=True))
     wait_for_step(resumed, saved + 1)
