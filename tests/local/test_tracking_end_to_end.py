@@ -87,7 +87,7 @@ def test_a_two_trial_sweep_on_two_hosts_leaves_one_run_per_trial_with_config_los
 
 def test_a_stopped_and_resumed_run_continues_its_loss_curve_from_the_resumed_step(twin):
     stack, twin_, server = twin
-    job = spec("tracked-stop", "resume", max_steps=400, log_every=1, checkpoint_every=1000)
+    job = spec("tracked-stop", "resume", max_steps=1_000_000, log_every=1, checkpoint_every=1_000_000)  # ends only when stopped
     first = start_inline(stack, job, "tracked-stop-1", lineage="tracked-stop")
     stopped = job_run(twin_, job_name(stack, job, "tracked-stop-1", lineage="tracked-stop"))
     wait_for_step(stopped, 5)

@@ -48,6 +48,8 @@ HYPERPARAMETERS = {
 }
 GPU, CPU = "ml.g5.12xlarge", "ml.m5.xlarge"
 SETTINGS = TwinSettings(stop_grace_seconds=60, spot_capacity_wait_seconds=0.5)
+UNREACHED = 1_000_000  # steps no job here reaches on its own
+RESUMED_STEPS = 400  # seconds of training on 2 CPU processes, well past a synchronous Lambda call
 
 
 def spec(name: str, *, instance_type: str = GPU, hosts: int = 1, **hyperparameters: object) -> dict:
@@ -150,10 +152,6 @@ class StoppedThenResumed:
     late_stop_answer: dict  # the Stop function's answer to the first execution's ABORTED event, delivered again
     resumed_status_after_late_stop: str
     resumed_outcome: str
-
-
-UNREACHED = 1_000_000  # steps no job here reaches on its own
-RESUMED_STEPS = 400  # seconds of training on 2 CPU processes, well past a synchronous Lambda call
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +273,7 @@ def _object(uri: str) -> str:
 
 def test_a_duplicate_execution_that_ends_early_leaves_the_job_the_original_created(twin_stack):
     stack, twin = twin_stack
-    job = spec("duplicate")
+    job = spec("duplicate", max_steps=UNREACHED, checkpoint_every=UNREACHED)  # running until its own execution stops
     original = start_inline(stack, job, "dup-1", lineage="dup-lineage")  # a redelivered trigger: the same lineage
     run = job_run(twin, job_name(stack, job, "dup-1", lineage="dup-lineage"))
     wait_for_step(run, 5)
@@ -285,8 +283,13 @@ def test_a_duplicate_execution_that_ends_early_leaves_the_job_the_original_creat
     sfn.stop_execution(executionArn=duplicate)
     left = f"dup-2 ABORTED: left {run.name} running, created by execution dup-1"
     poll_until(lambda: left in function_log("trainstack-stop"), timeout=60, what="the duplicate's Stop to decide")
-    assert finish(original, timeout=300).status == "SUCCEEDED"
-    assert description(run.name)["TrainingJobStatus"] == "Completed" and len(run.attempts) == 1
+    assert description(run.name)["TrainingJobStatus"] == "InProgress"
+
+    sfn.stop_execution(executionArn=original)  # the original still owns the job: its end stops it
+    stopped = f"dup-1 ABORTED: stopped {run.name}"
+    poll_until(lambda: stopped in function_log("trainstack-stop"), timeout=60, what="the original's Stop to decide")
+    assert wait_for_status(run.name, ("Stopped", "Completed", "Failed"), timeout=200)["TrainingJobStatus"] == "Stopped"
+    assert len(run.attempts) == 1
 
 
 def _has_state(sfn, execution: str, state: str) -> bool:
