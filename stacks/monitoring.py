@@ -122,7 +122,11 @@ class TrainingMonitoring(Construct):
         run_metric = f'{{{RUN_METRICS_NAMESPACE},{",".join(METRIC_DIMENSIONS)}}} Prefix="{self.name_prefix}"'
         restart_metric = f'{{{RUN_METRICS_NAMESPACE},{",".join(RESTART_DIMENSIONS)}}} Prefix="{self.name_prefix}"'
         kind = f"${{PROP('Dim.{KIND_DIMENSION}')}}"  # a dynamic label: each line names its kind of failure
-        training = f"{{{TRAINING_JOB_METRICS_NAMESPACE},Host}} {self.name_prefix}"  # SageMaker's Host: <job>/algo-N
+        # SageMaker's Host dimension is <job>/algo-N. SEARCH matches tokens split at camel case and at
+        # punctuation, so `trainstack` is no token of Batch's `AWSBatchtrainstack-...`: each job prefix is
+        # searched as the composite token it is.
+        jobs = " OR ".join(prefix.rstrip("-") for prefix in self.job_prefixes)
+        training = f"{{{TRAINING_JOB_METRICS_NAMESPACE},Host}} {f'({jobs})' if len(self.job_prefixes) > 1 else jobs}"
         widgets = [
             [
                 cloudwatch.GraphWidget(title="Runs (executions) by status", left=executions, width=8),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from aws_cdk import App, Stack, aws_kms, aws_sqs, aws_stepfunctions
 from aws_cdk.assertions import Template
@@ -107,3 +108,44 @@ def test_the_dashboard_graphs_what_the_jobs_metric_definitions_publish_and_gpu_u
 
 def test_the_dashboard_can_be_left_out():
     assert not synthesize(dashboard=False).resources("AWS::CloudWatch::Dashboard")
+
+
+def _tokens(text: str) -> list[str]:
+    """CloudWatch SEARCH's tokens of a name, as its documentation defines them: split at punctuation,
+    at camel case and where digits start ("SDBFailure": SDB, Failure; "Project2-trial333": Project, 2,
+    trial, 333)."""
+    return re.findall(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+", text)
+
+
+def _search_finds(term: str, value: str) -> bool:
+    """Whether a partial-match term finds a dimension value: one token matches any token whatever its
+    case; several match consecutive tokens of the value, case-sensitively (a composite token)."""
+    wanted, found = _tokens(term), _tokens(value)
+    if len(wanted) == 1:
+        return wanted[0].lower() in {token.lower() for token in found}
+    return any(found[i : i + len(wanted)] == wanted for i in range(len(found)))
+
+
+def test_the_search_tokens_here_are_those_cloudwatch_documents():
+    assert _tokens("CustomCount1") == ["Custom", "Count", "1"] and _tokens("SDBFailure") == ["SDB", "Failure"]
+    assert _tokens("Project2-trial333") == ["Project", "2", "trial", "333"]
+    assert _search_finds("COUNT", "CustomCount1") and _search_finds("CustomCount", "CustomCount1")
+    assert not _search_finds("couNT", "CustomCount1") and not _search_finds("count1", "CustomCount1")
+
+
+def _host_search_terms(stack) -> list[str]:
+    """The terms the per-host graphs search SageMaker's Host dimension with."""
+    (expression,) = set(re.findall(r"\{/aws/sagemaker/TrainingJobs,Host\} (.*?) MetricName", _dashboard_text(stack)))
+    return expression.strip("()").split(" OR ")
+
+
+def test_the_per_host_graphs_find_the_jobs_batch_creates_from_the_team_queue(queue_stack):
+    direct = "trainstack-llama-0a1b2c3d4e5f-t0-ab12cd34/algo-1"
+    batch = f"AWSBatch{direct.split('/')[0]}0123456789abcdef0123456789abcdef/algo-2"
+    terms = _host_search_terms(queue_stack)
+    assert all(any(_search_finds(term, host) for term in terms) for host in (direct, batch))
+    assert not _search_finds("trainstack", batch)  # why the stack's prefix alone would not do
+
+
+def test_without_the_queue_the_per_host_graphs_search_the_stacks_own_jobs(default_stack):
+    assert _host_search_terms(default_stack) == ["trainstack"]
