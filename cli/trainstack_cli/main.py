@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("run", help="the execution's name (or ARN), as `runs` lists it")
     logs.add_argument("--trial", type=int, help="the trial of a sweep (default: the latest job)")
     logs.add_argument("--host", help="one host, e.g. algo-2 (default: every host)")
-    logs.add_argument("--follow", action="store_true", help="keep printing until the job ends")
+    logs.add_argument("--follow", action="store_true", help="wait for the job if the run has none yet, print until it ends")
     stop = _stack_command(commands, "stop", "stop the run and its jobs (their checkpoints are kept)")
     stop.add_argument("run", help="the execution's name (or ARN), as `runs` lists it")
     resume = _stack_command(commands, "resume", "continue a stopped or failed run (started inline) from its checkpoints")

@@ -29,6 +29,7 @@ from trainstack_cli.runs import (
     JobRecord,
     RunView,
     StopView,
+    TrialView,
     latest_metrics,
     run_identity,
     run_view,
@@ -295,25 +296,18 @@ class LogLine:
 def follow_logs(
     stack: Stack, run: str, trial: int | None, host: str | None, follow: bool, interval: float = 2.0
 ) -> Iterator[LogLine]:
-    """Every line of the trial's (latest) job, per stream in order; with `follow`, until the job ends."""
+    """Every line of the trial's (latest) job, per stream in order; with `follow`, until the job ends,
+    first waiting for the run to create it (or for Batch to start it) while the run goes on."""
     with aws_errors(f"stack {stack.name}"):
-        execution = describe_execution(stack, run)
-        jobs = trial_jobs(stack, execution, execution_history(stack, execution))
-        if trial is not None:
-            jobs = [j for j in jobs if trial_index(j.job_name) == trial]
-            if not jobs:
-                raise CliError(f"run {run} has no trial {trial}; `trainstack status {run}` lists its trials", EXIT_UNKNOWN_RUN)
-        if not jobs:
-            raise CliError(f"run {run} has no training job yet; try again, or `trainstack status {run}`", EXIT_UNKNOWN_RUN)
-        latest = jobs[-1]
-        if not latest.training_job_name:  # a job in the team queue has no training job, so no log, until dispatched
-            waiting = service_job_view(latest.service or {}, front_of_team_queue(stack, [latest]), datetime.now(UTC))
-            raise CliError(
-                f"run {run}: job {waiting.job_name} waits in the team queue ({waiting.status}, share {waiting.share}, "
-                f"position {waiting.place}); it has no log until Batch starts it; try again, or `trainstack status {run}`",
-                EXIT_UNKNOWN_RUN,
-            )
-        job_name = latest.training_job_name
+        while True:
+            execution = describe_execution(stack, run)
+            try:
+                job_name = _job_with_a_log(stack, run, execution, trial)
+                break
+            except CliError:
+                if not follow or execution["status"] != "RUNNING":
+                    raise
+            time.sleep(interval)
         tokens: dict[str, str] = {}
         while True:
             for stream in _streams(stack, job_name, host):
@@ -326,6 +320,26 @@ def follow_logs(
                     yield from _new_lines(stack, stream, tokens)
                 return
             time.sleep(interval)
+
+
+def _job_with_a_log(stack: Stack, run: str, execution: dict[str, Any], trial: int | None) -> str:
+    """The training job whose log `logs` reads: the trial's latest; a CliError while there is none."""
+    jobs = trial_jobs(stack, execution, execution_history(stack, execution))
+    if trial is not None:
+        jobs = [j for j in jobs if trial_index(j.job_name) == trial]
+        if not jobs:
+            raise CliError(f"run {run} has no trial {trial}; `trainstack status {run}` lists its trials", EXIT_UNKNOWN_RUN)
+    if not jobs:
+        raise CliError(f"run {run} has no training job yet; try again, or `trainstack status {run}`", EXIT_UNKNOWN_RUN)
+    latest = jobs[-1]
+    if not latest.training_job_name:  # a job in the team queue has no training job, so no log, until dispatched
+        waiting = service_job_view(latest.service or {}, front_of_team_queue(stack, [latest]), datetime.now(UTC))
+        raise CliError(
+            f"run {run}: job {waiting.job_name} waits in the team queue ({waiting.status}, share {waiting.share}, "
+            f"position {waiting.place}); it has no log until Batch starts it; try again, or `trainstack status {run}`",
+            EXIT_UNKNOWN_RUN,
+        )
+    return latest.training_job_name
 
 
 def _new_lines(stack: Stack, stream: str, tokens: dict[str, str]) -> Iterator[LogLine]:
@@ -373,9 +387,15 @@ def stop(stack: Stack, run: str, wait_seconds: float = 120) -> StopView:
         deadline = time.monotonic() + wait_seconds
         while True:
             view = read_run(stack, run, with_metrics=False)
-            if all(t.status not in STILL_GOING for t in view.trials) or time.monotonic() > deadline:
+            if all(_ended(t) for t in view.trials) or time.monotonic() > deadline:
                 return StopView(view, terminated)
             time.sleep(1)
+
+
+def _ended(trial: TrialView) -> bool:
+    """Nothing of the trial trains or waits: its training job has ended and so has its service job,
+    which Batch moves on from RUNNING only at its next look at the training job it dispatched."""
+    return trial.status not in STILL_GOING and (trial.queue is None or trial.queue.status not in ACTIVE)
 
 
 def _terminate_service_jobs(stack: Stack, execution_name: str, jobs: list[JobRecord], front: list[str]) -> list[ServiceJobView]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -427,15 +428,19 @@ def test_logs_of_a_queued_run_wait_for_dispatch_then_come_from_the_training_job_
 
     with pytest.raises(CliError) as queued:
         list(operate.follow_logs(team_queue.stack, run, None, None, follow=False))
-    operate.stop(team_queue.stack, blocker)
-    trial = team_queue.trial(run, lambda t: t.status == "Completed", timeout=300)
+    with ThreadPoolExecutor(1) as pool:  # `logs --follow` started while the job waits
+        following = pool.submit(lambda: list(operate.follow_logs(team_queue.stack, run, None, None, follow=True, interval=0.5)))
+        operate.stop(team_queue.stack, blocker)
+        trial = team_queue.trial(run, lambda t: (t.status, t.queue.status) == ("Completed", "SUCCEEDED"), timeout=300)
+        followed = [line.message for line in following.result(timeout=60)]
 
     assert queued.value.exit_code == EXIT_UNKNOWN_RUN and "\n" not in str(queued.value)
     assert "waits in the team queue (RUNNABLE, share research, position 1)" in str(queued.value)
     logs = [line.message for line in operate.follow_logs(team_queue.stack, run, None, None, follow=False)]
     assert [line.split()[0] for line in logs if line.startswith("step=")] == ["step=2", "step=4", "step=6"]
+    assert followed == logs
     assert trial.metrics["train:step"] == 6 and trial.billable_seconds >= 1  # metrics from the AWSBatch job's log
-    assert trial.training_job_name.startswith("AWSBatch") and trial.queue.status == "SUCCEEDED"
+    assert trial.training_job_name.startswith("AWSBatch")
 
 
 @pytest.mark.slow
