@@ -18,11 +18,13 @@ import yaml
 from trainstack.layout import SOURCES_PREFIX, TRAINING_JOB_LOG_GROUP
 from trainstack.polling import poll_until
 from trainstack.source_archive import write_source_tarball
+from trainstack_cli.stack import EXIT_RUN_FAILED
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 BIN = Path(sys.executable).parent
 DATA = "s3://trainstack-local-trigger/datasets/sample/"
+UNREACHED = 1_000_000  # steps no run here reaches: only a stop ends it
 
 
 @dataclass
@@ -208,10 +210,12 @@ def test_logs_print_the_training_output_of_one_host(served, tmp_path):
 
 
 def test_stop_ends_the_run_mid_training_keeping_its_checkpoint_and_resume_continues_from_it(served, tmp_path):
-    hyperparameters = {"model": "gpt-tiny", "max_steps": 600, "log_every": 1, "checkpoint_every": 4000, "seed": 0}
+    # Only a stop ends these runs, however long the CLI and the stop take on a loaded machine (`resume`
+    # reuses the spec, so the resumed run is stopped too, once it has trained past the saved step).
+    hyperparameters = {"model": "gpt-tiny", "max_steps": UNREACHED, "log_every": 1, "checkpoint_every": UNREACHED, "seed": 0}
     spec = write(tmp_path / "stop.yaml", job("stop", hyperparameters=hyperparameters, checkpoints=True))
     run = json.loads(served.trainstack("submit", str(spec), "--inline", "--json").stdout)["run"]
-    served.wait_until(run, lambda v: v["trials"] and v["trials"][0]["metrics"].get("train:step", 0) >= 5)
+    served.wait_until(run, lambda v: _step(v) >= 5)
 
     stopped = served.trainstack("stop", run, "--json")
 
@@ -223,13 +227,29 @@ def test_stop_ends_the_run_mid_training_keeping_its_checkpoint_and_resume_contin
     listing = served.aws("s3", "ls", "--recursive", description["CheckpointConfig"]["S3Uri"])
     (saved,) = {int(part.removeprefix("step_")) for part in listing.stdout.split("/") if part.startswith("step_")}
 
-    resumed = served.trainstack("resume", run, "--wait", "--json")
+    command = [str(BIN / "trainstack"), "resume", run, "--wait", "--json"]
+    following = subprocess.Popen(command, env=served.environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    resumed = poll_until(lambda: _newer_run(served, run), timeout=120, interval=1, what="the resumed run to start")
+    served.wait_until(resumed, lambda v: _step(v) >= saved + 2)
+    assert served.trainstack("stop", resumed).returncode == 0
+    out, err = following.communicate(timeout=300)
 
-    assert resumed.returncode == 0, resumed.stderr
-    (continued,) = json.loads(resumed.stdout)["trials"]
-    assert continued["job_name"] != trial["job_name"] and continued["metrics"]["train:step"] == 600
-    logs = served.trainstack("logs", json.loads(resumed.stdout)["name"]).stdout
+    assert following.returncode == EXIT_RUN_FAILED and f"run {resumed} ABORTED" in err  # --wait followed it to its end
+    followed = json.loads(out)
+    (continued,) = followed["trials"]
+    assert followed["name"] == resumed and continued["job_name"] != trial["job_name"]
+    logs = served.trainstack("logs", resumed).stdout
     assert f"at step {saved}" in logs and f"step={saved + 1} " in logs and f"step={saved} " not in logs
+
+
+def _step(view: dict) -> int:
+    return view["trials"][0]["metrics"].get("train:step", 0) if view["trials"] else 0
+
+
+def _newer_run(served: Served, than: str) -> str | None:
+    """The run started after `than` (runs are listed newest first)."""
+    names = [r["name"] for r in json.loads(served.trainstack("runs", "--json").stdout)]
+    return names[0] if names and names[0] != than else None
 
 
 def test_a_missing_stack_wrong_credentials_and_an_unknown_run_each_get_one_line_and_their_exit_code(served):
@@ -270,7 +290,7 @@ def test_serve_prints_one_line_per_event_of_a_failing_and_a_stopped_run(served, 
         "run"
     ]
     failed = served.wait_until(failing, lambda v: v["status"] != "RUNNING")
-    long = job("long", hyperparameters={"model": "gpt-tiny", "max_steps": 600, "log_every": 1, "seed": 0})
+    long = job("long", hyperparameters={"model": "gpt-tiny", "max_steps": UNREACHED, "log_every": 1, "seed": 0})
     running = json.loads(served.trainstack("submit", str(write(tmp_path / "long.yaml", long)), "--inline", "--json").stdout)[
         "run"
     ]
