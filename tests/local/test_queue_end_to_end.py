@@ -111,11 +111,17 @@ def test_a_priority_9000_job_submitted_last_starts_next(queued):
     stack, _ = queued
     early = [start_inline(stack, job(f"prio-early-{n}", share="research"), f"prio-early-{n}") for n in range(4)]
     poll_until(lambda: len(dispatched("prio-early")) == 2, timeout=120, what="two jobs to take the queue's two instances")
-    poll_until(lambda: len(service_jobs(stack, "RUNNABLE")) == 2, timeout=60, what="two jobs to wait behind them")
-    urgent = start_inline(stack, job("prio-urgent", share="research", priority=9000), "prio-urgent")
-    poll_until(lambda: len(service_jobs(stack, "RUNNABLE")) == 3, timeout=60, what="the urgent job to wait in the queue")
-    front = batch().get_job_queue_snapshot(jobQueue=stack.context.job_queue_arn)["frontOfQueue"]["jobs"]
-    urgent_job = next(j for j in service_jobs(stack, "RUNNABLE") if j["jobName"].startswith("trainstack-prio-urgent"))
+    # Held from here (the two keep training), so the urgent job is still waiting behind the other two
+    # when it reaches the queue however long its execution takes to get there.
+    set_environment(stack, "DISABLED")
+    try:
+        poll_until(lambda: len(service_jobs(stack, "RUNNABLE")) == 2, timeout=60, what="two jobs to wait behind them")
+        urgent = start_inline(stack, job("prio-urgent", share="research", priority=9000), "prio-urgent")
+        poll_until(lambda: len(service_jobs(stack, "RUNNABLE")) == 3, timeout=60, what="the urgent job to wait in the queue")
+        front = batch().get_job_queue_snapshot(jobQueue=stack.context.job_queue_arn)["frontOfQueue"]["jobs"]
+    finally:
+        set_environment(stack, "ENABLED")
+    urgent_job = next(j for j in service_jobs(stack) if j["jobName"].startswith("trainstack-prio-urgent"))
     assert front[0]["jobArn"] == urgent_job["jobArn"]
     assert [finish(execution).status for execution in [*early, urgent]] == ["SUCCEEDED"] * 5
     order = [j["TrainingJobName"] for j in dispatched("prio-")]
