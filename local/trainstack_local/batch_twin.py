@@ -83,6 +83,8 @@ from trainstack.service_jobs import (
 from trainstack_local.sagemaker_twin import SageMakerTwin
 
 STATUSES = (*QUEUED, *DISPATCHED, *FINAL)
+# Where a dispatched job stands while its training job is in one of these secondary statuses (RUNNING after).
+DISPATCHED_BY_SECONDARY_STATUS = {"Starting": "SCHEDULED", "Pending": "SCHEDULED", "Downloading": "STARTING"}
 # Why a RUNNABLE job at the head waits: the reason a time limit names, and the statusReason meanwhile.
 QUOTA_EXCEEDED = "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED"
 BLOCKED_STATUS = {
@@ -560,17 +562,24 @@ class BatchTwin:
                 attempt.started_at = record.training_start_time.timestamp()
                 job.started_at = job.started_at or attempt.started_at
             status, secondary = record.training_job_status, record.secondary_status
+            if status in ("Completed", "Failed", "Stopped") and record.training_start_time is not None:
+                self._pass_through(job, "RUNNING")  # a job that ended between two passes still ran
             if status == "Completed":
                 self._end_attempt(attempt, now, "Received status from SageMaker: Training job completed")
                 self._finish(job, "SUCCEEDED", attempt.status_reason, now)
             elif status in ("Failed", "Stopped"):
                 self._ended(job, attempt, now, record.failure_reason if status == "Failed" else None)
             else:
-                target = {"Starting": "SCHEDULED", "Pending": "SCHEDULED", "Downloading": "STARTING"}.get(secondary, "RUNNING")
-                if STATUSES.index(target) > STATUSES.index(job.status):
-                    if target != "SCHEDULED":  # SageMaker found the instances: no capacity wait any more
-                        job.blocked = None
-                    self._move(job, target, None)
+                self._pass_through(
+                    job, {"Starting": "SCHEDULED", "Pending": "SCHEDULED", "Downloading": "STARTING"}.get(secondary, "RUNNING")
+                )
+
+    def _pass_through(self, job: ServiceJob, target: str) -> None:
+        """Each dispatched state from the job's own up to `target`, one event each, as Batch reports
+        them however briefly a job stays in one."""
+        for status in DISPATCHED[DISPATCHED.index(job.status) + 1 : DISPATCHED.index(target) + 1]:
+            job.blocked = None  # past SCHEDULED, SageMaker found the instances: no capacity wait any more
+            self._move(job, status, None)
 
     def _ended(self, job: ServiceJob, attempt: Attempt, now: float, failure_reason: str | None) -> None:
         """A training job that failed or stopped: back to the queue, or the job's end."""
