@@ -37,7 +37,9 @@ from trainstack_local.hosts import service_address
 SERVER_NAME = "trainstack-twin"
 START_TIMEOUT_SECONDS = 120.0  # it takes 5 to 10 s here, more on a machine busy with other tests
 STOP_GRACE_SECONDS = 10.0
-REQUEST_TIMEOUT_SECONDS = 5.0
+# A busy 2-core machine can keep a live server from answering for seconds; a server that is down refuses
+# at once, so a long limit costs nothing there (and a lookup that times out leaves MlflowDetails unset).
+REQUEST_TIMEOUT_SECONDS = 30.0
 # Straight to the server, never through a proxy from this machine's environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
