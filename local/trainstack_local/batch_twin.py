@@ -65,6 +65,7 @@ import botocore.session
 from botocore.exceptions import ClientError, ParamValidationError
 from botocore.validate import ParamValidator
 
+from trainstack.polling import poll_until
 from trainstack.service_jobs import (
     BATCH_TRAINING_JOB_PREFIX,
     CAPACITY_UNIT,
@@ -313,6 +314,7 @@ class BatchTwin:
         self._fairshare: FairsharePolicy = lambda _arn: None
         self._sagemaker_client: Any = None
         self._model = botocore.session.get_session().get_service_model("batch")
+        self._passes = 0  # scheduler passes run so far
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, publish: Publish, fairshare_policy: FairsharePolicy) -> None:
@@ -321,6 +323,12 @@ class BatchTwin:
         self._stopping.clear()
         self._thread = threading.Thread(target=self._schedule_loop, name="batch-twin", daemon=True)
         self._thread.start()
+
+    def wait_for_passes(self, count: int, timeout: float = 60) -> None:
+        """Until `count` more scheduler passes have run, any of which would have acted on what it found
+        (how a test says that nothing happened without counting on how fast this machine is)."""
+        wanted = self._passes + count
+        poll_until(lambda: self._passes >= wanted, timeout=timeout, interval=self.tick_seconds, what=f"{count} scheduler passes")
 
     def close(self) -> None:
         """Stop dispatching (before the SageMaker twin stops its jobs, so that none starts after)."""
@@ -531,6 +539,7 @@ class BatchTwin:
                 self._schedule_pass()
             except Exception:  # a bug here must not end the scheduler: the queue would silently stall
                 _log.exception("batch twin: scheduler pass failed")
+            self._passes += 1
             self._wake.wait(self.tick_seconds)
             self._wake.clear()
 

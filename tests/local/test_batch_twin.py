@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -259,7 +258,7 @@ def test_terminating_a_queued_job_ends_it_without_a_training_job(aws):
     _wait(aws, job_id, "RUNNABLE")
     aws.client.terminate_service_job(jobId=job_id, reason="no longer wanted")
     _enable(aws, queue)
-    time.sleep(1)  # several scheduler passes, any of which would have dispatched it
+    aws.batch.wait_for_passes(10)  # any of which would have dispatched it
     job = _describe(aws, job_id)
     assert (job["status"], job["isTerminated"], job["statusReason"]) == ("FAILED", True, "no longer wanted")
     assert "latestAttempt" not in job and job["attempts"] == []
@@ -288,7 +287,7 @@ def test_a_job_larger_than_the_cap_waits_at_the_head_and_holds_the_queue(aws):
     _enable(aws, queue)
     blocked = poll_until(lambda: _describe(aws, too_big), lambda job: "statusReason" in job, timeout=30, what="a blocked reason")
     assert blocked["status"] == "RUNNABLE" and blocked["statusReason"].startswith(f"{OVER_CAP} - ")
-    time.sleep(1)
+    aws.batch.wait_for_passes(10)
     assert _describe(aws, behind)["status"] == "RUNNABLE"
     for job_id in (too_big, behind):
         aws.client.terminate_service_job(jobId=job_id, reason="test over")

@@ -4,7 +4,6 @@ equal weight, and their jobs really train once the queue dispatches them."""
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
 
 import boto3
@@ -169,5 +168,5 @@ def test_a_queued_run_whose_execution_is_stopped_ends_aborted_and_the_stop_rule_
         set_environment(stack, "ENABLED")
     assert ended["status"] == "FAILED" and "latestAttempt" not in ended
     assert any(line.startswith(f"halted ABORTED: terminated {waiting['jobName']}") for line in function_log("trainstack-stop"))
-    time.sleep(1)  # ten of the Batch twin's scheduler passes with the queue enabled again
+    stack.batch.wait_for_passes(10)  # with the queue enabled again: any of them would have dispatched it
     assert not [j for j in training_jobs() if "halted" in j["TrainingJobName"]]
