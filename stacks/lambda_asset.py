@@ -15,6 +15,7 @@ an unchanged source gives an unchanged asset hash) and never re-checked against 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +26,11 @@ from contextlib import contextmanager, suppress
 from functools import cache
 from pathlib import Path
 
+import botocore
+import botocore.loaders
+
+from trainstack.handlers.environment import SERVICE_MODELS_DIR
+
 ROOT = Path(__file__).resolve().parent.parent
 # The newest Lambda Python runtime whose interpreter these machines have (pyenv's 3.13), so the
 # asset as shipped — compiled pydantic_core included — is imported and run in the tests
@@ -32,6 +38,12 @@ ROOT = Path(__file__).resolve().parent.parent
 LAMBDA_PYTHON = "3.13"
 PLATFORM = "manylinux2014_x86_64"
 PROVIDED_BY_RUNTIME = ("boto3", "botocore")  # the Lambda Python runtime ships these
+# ...but of a version AWS does not state, so the asset carries the API models of the services whose
+# recent operations the handlers call, from the pinned botocore the tests validate against: Batch
+# (service jobs, 2025) and SageMaker (CreateTrainingJob's MlflowConfig). The runtime's botocore reads
+# them first (AWS_DATA_PATH, set in the functions' environment). Only these two: a newer model of a
+# service whose calls need newer botocore code (S3's checksums) could break an older runtime.
+SHIPPED_SERVICE_MODELS = ("batch", "sagemaker")
 # The packages the functions import, shipped whole: the core, and the contract it shares with the
 # built-in script (the same package the job's source directory carries).
 PACKAGES = (ROOT / "lambda" / "trainstack", ROOT / "training" / "trainstack_contract")
@@ -76,11 +88,25 @@ def build_lambda_asset(build_dir: Path = ROOT / "build") -> Path:
             for package in PACKAGES:
                 shutil.copytree(package, staging / package.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
                 _compile(staging / package.name)
+            _copy_service_models(staging / SERVICE_MODELS_DIR)
     return asset
 
 
+def _copy_service_models(target: Path) -> None:
+    """Each shipped service's model and paginators as botocore lays them out (<service>/<api version>/),
+    written as plain JSON, which every botocore reads (older ones read no .json.gz)."""
+    loader = botocore.loaders.create_loader()
+    for service in SHIPPED_SERVICE_MODELS:
+        version = loader.determine_latest_version(service, "service-2")
+        folder = target / service / version
+        folder.mkdir(parents=True)
+        for kind in ("service-2", "paginators-1"):
+            data = loader.load_service_model(service, kind, version)
+            (folder / f"{kind}.json").write_text(json.dumps(data, separators=(",", ":")))
+
+
 def _sources_digest() -> str:
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(botocore.__version__.encode())  # the shipped service models are its
     for package in PACKAGES:
         for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             digest.update(f"{path.relative_to(package.parent)}\0".encode() + path.read_bytes())

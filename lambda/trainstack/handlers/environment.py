@@ -23,6 +23,14 @@ class LambdaEnvironment:
     max_poll_seconds: int = MAX_POLL_SECONDS
 
 
+# Where Lambda unpacks the asset, and the folder in it holding the API models of the services whose
+# newer operations the handlers call (stacks/lambda_asset.py ships them from the pinned botocore):
+# the runtime's own SDK, whose version AWS does not document, may predate Batch's service jobs or
+# CreateTrainingJob's MlflowConfig. botocore reads the models on AWS_DATA_PATH before its own.
+LAMBDA_TASK_ROOT = "/var/task"
+SERVICE_MODELS_DIR = "aws_models"
+
+
 def lambda_variables(
     stack: StackContext,
     *,
@@ -35,6 +43,7 @@ def lambda_variables(
     them for the stack that writes them, the handlers and the local twin (the stack's own values
     are named in `StackContext`'s table). The region is left out: Lambda sets AWS_REGION itself."""
     variables = {**stack.to_variables(), "TOPIC_ARN": topic_arn, "DEFAULT_SPEC_KEY": default_spec_key or ""}
+    variables["AWS_DATA_PATH"] = f"{LAMBDA_TASK_ROOT}/{SERVICE_MODELS_DIR}"
     # Only the local emulation shortens these; a deployed stack uses the defaults.
     if first_poll_seconds is not None:
         variables["FIRST_POLL_SECONDS"] = str(first_poll_seconds)
