@@ -56,8 +56,8 @@ lint: synth ## ruff, cfn-lint and checkov over the synthesized template
 	$(CHECKOV) -f cdk.out/$(STACK).template.json --framework cloudformation --skip-download --compact --quiet
 
 # Two workers, each file whole on one (its module fixtures, one twin per module, stay shared): a clean
-# clone of 1075 tests took 1005 s for the whole `.ci/run`, installs included, pytest 848 s (2026-11-25,
-# 2 cores; CI's own run of 938 took 920 s the same day). The ten slowest are listed at the end.
+# clone of 1080 tests took 1071 s for the whole `.ci/run`, installs included, pytest 900 s (2026-11-26,
+# 2 cores; CI's own run of 1075 took 1045 s the day before). The ten slowest are listed at the end.
 test: setup system-packages runtimes ## install, then run every test (ruff included)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
