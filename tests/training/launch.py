@@ -15,6 +15,8 @@ from pathlib import Path
 
 import psutil
 
+from trainstack_contract import fault_hooks
+
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "training" / "train.py"
 BIN = Path(sys.executable).parent
@@ -64,26 +66,33 @@ def trajectory(result: subprocess.CompletedProcess[str]) -> list[float]:
     return [by_step[step] for step in sorted(by_step)]
 
 
-def sigkill_at_step(args: list[str], step: int, nproc: int = 2, bin_dir: Path = BIN, *, after_checkpoint: int = 0) -> int:
+def sigkill_at_step(
+    args: list[str], step: int, nproc: int = 2, bin_dir: Path = BIN, *, after_checkpoint: int = 0, hold_at: int | None = None
+) -> int:
     """Start a job and SIGKILL it and every worker once it logs `step` (or a later one) and, when
     given, `checkpoint step=<after_checkpoint>`: saves are asynchronous, so a checkpoint is complete
     only when that line comes, some steps after the save began. No handler runs anywhere, like a
-    reclaimed instance. Returns the step it was killed at."""
+    reclaimed instance. `hold_at`: rank 0 stops for good before that step (the twin's hang fault), so
+    however far this reader lags behind the job's output on a busy machine, the job is killed before
+    it gets there. Returns the step it was killed at."""
+    held = {fault_hooks.TWIN: "1", fault_hooks.INJECT_HANG: f"0:{hold_at}"} if hold_at else {}
     process = subprocess.Popen(
         command(args, nproc, bin_dir),
-        env=environment(bin_dir),
+        env=environment(bin_dir, **held),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
     )
-    checkpointed = not after_checkpoint
-    for line in process.stdout:
+    checkpointed, reached = not after_checkpoint, 0
+    for line in process.stdout:  # both, in either order: a held job logs no step after the checkpoint line
         checkpointed = checkpointed or line.strip() == f"checkpoint step={after_checkpoint}"
-        if checkpointed and (logged := STEP_LINE.match(line.strip())) and int(logged[1]) >= step:
+        if logged := STEP_LINE.match(line.strip()):
+            reached = max(reached, int(logged[1]))
+        if checkpointed and reached >= step:
             kill_tree(process.pid)
             process.wait(timeout=60)
-            return int(logged[1])
+            return reached
     process.wait(timeout=60)
     raise AssertionError(f"the job ended (exit {process.returncode}) before step {step} and checkpoint {after_checkpoint}")
 

@@ -93,7 +93,7 @@ def test_the_export_loads_in_transformers_and_reproduces_the_trained_models_logi
 def test_a_sigkilled_run_restarted_with_the_same_command_ends_with_the_same_weights(tmp_path, tokenized, ddp_two_ranks):
     model, reference = ddp_two_ranks
     args = _args(tmp_path, model, tokenized, "--strategy", "ddp")
-    sigkill_at_step(args, 5, after_checkpoint=4)
+    sigkill_at_step(args, 5, after_checkpoint=4, hold_at=9)
     complete = newest_complete_checkpoint(tmp_path / "checkpoints")  # 4, or 8 if its write was done by then
     assert complete in (4, 8)
 

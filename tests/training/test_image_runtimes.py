@@ -134,7 +134,7 @@ def test_fsdp2_matches_ddp_on_the_image_runtime(kind, version, reference):
 def test_a_sigkilled_run_resumes_to_the_uninterrupted_weights_on_the_image_runtime(tmp_path, strategy, kind, version, reference):
     runtime = bin_dir(kind, version)
     args = job_args(tmp_path / "interrupted", "--strategy", strategy, *SETTINGS, steps=STEPS)
-    sigkill_at_step(args, 5, bin_dir=runtime, after_checkpoint=4)
+    sigkill_at_step(args, 5, bin_dir=runtime, after_checkpoint=4, hold_at=9)
     complete = newest_complete_checkpoint(tmp_path / "interrupted" / "checkpoints")
     resumed = run(args, bin_dir=runtime)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
