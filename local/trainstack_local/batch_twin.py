@@ -579,9 +579,7 @@ class BatchTwin:
             elif status in ("Failed", "Stopped"):
                 self._ended(job, attempt, now, record.failure_reason if status == "Failed" else None)
             else:
-                self._pass_through(
-                    job, {"Starting": "SCHEDULED", "Pending": "SCHEDULED", "Downloading": "STARTING"}.get(secondary, "RUNNING")
-                )
+                self._pass_through(job, DISPATCHED_BY_SECONDARY_STATUS.get(secondary, "RUNNING"))
 
     def _pass_through(self, job: ServiceJob, target: str) -> None:
         """Each dispatched state from the job's own up to `target`, one event each, as Batch reports
