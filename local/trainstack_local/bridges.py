@@ -4,7 +4,8 @@ duration of `moto_bridges()` only:
 
 - Lambda: moto without Docker only echoes payloads; here the function's own `Handler` is imported
   and called in-process with the function's environment, and an exception is reported the way
-  Lambda reports it, so the state machine's Retry/Catch match the exception class name. What the
+  Lambda reports it, so the state machine's Retry/Catch match the exception class name. The
+  handler reads the function's variables, not the process's environment (handlers/environment.py). What the
   handler prints goes to the function's log group, /aws/lambda/<name>, as Lambda sends stdout.
 - EventBridge: moto matches rules but cannot deliver to Step Functions or (here) Lambda; a matched
   rule starts the execution with the event as input, or invokes the function asynchronously. A
@@ -35,7 +36,6 @@ import contextlib
 import copy
 import io
 import json
-import os
 import threading
 import time
 import traceback
@@ -133,7 +133,7 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
         module_name, _, attribute = function.handler.rpartition(".")
         handler = getattr(__import__(module_name, fromlist=[attribute]), attribute)
         printed = io.StringIO()
-        with _INVOKE_LOCK, _function_environment(function.environment_vars), contextlib.redirect_stdout(printed):
+        with _INVOKE_LOCK, _function_environment(function, region), contextlib.redirect_stdout(printed):
             try:
                 return json.dumps(handler(json.loads(body or "{}"), None), default=str).encode()
             except Exception as error:  # reported as Lambda reports an unhandled exception
@@ -336,18 +336,13 @@ def _function_log(function_name: str, text: str, region: str) -> None:
 
 
 @contextmanager
-def _function_environment(variables: dict[str, str]) -> Iterator[None]:
-    """The function's configured environment for the call, as Lambda provides it. Variables are
-    set, never deleted, while threads run: twin threads and moto's workers read the environment at
-    any moment (botocore's proxy lookup iterates it whenever a client is made), and a key deleted
-    during that iteration raises KeyError there, failing whatever task made the client. Every
-    function of the stack has the same variables, so none sees another's; `local_aws` restores
-    them once the twin stops."""
-    from trainstack.handlers.environment import use_client_factory
+def _function_environment(function: Any, region: str) -> Iterator[None]:
+    """The function's environment for the call, as Lambda provides it: its configured variables and
+    the runtime's own (the region, its name; Lambda reserves those keys), never the process's, which
+    every stack and thread of this process shares; and fresh clients."""
+    from trainstack.handlers.environment import function_variables, use_client_factory
 
-    os.environ.update(variables)
-    use_client_factory(None)  # the handlers cache their environment per process, like a warm Lambda
-    try:
+    runtime = {"AWS_REGION": region, "AWS_DEFAULT_REGION": region, "AWS_LAMBDA_FUNCTION_NAME": function.function_name}
+    use_client_factory(None)  # each call makes its clients anew: moto's backends are this process's
+    with function_variables({**function.environment_vars, **runtime}):
         yield
-    finally:
-        use_client_factory(None)

@@ -119,30 +119,18 @@ def local_aws(
         moto_bridges(twin, REGION, ACCOUNT, faults := ApiFaults(), batch),
     ):
         stack = LocalStack(faults=faults, batch=batch)
-        before: dict[str, str | None] = {}
         try:
-            variables = _create_resources(template, stack, files, first_poll_seconds, mlflow_tracking_server_arn)
-            before = {key: os.environ.get(key) for key in variables}  # the functions set them (bridges.py)
+            _create_resources(template, stack, files, first_poll_seconds, mlflow_tracking_server_arn)
             yield stack, twin
         finally:
             batch.close()  # before the twin stops its jobs, so that no service job starts one after
             twin.close()
-            _restore_environment(before)
-
-
-def _restore_environment(before: dict[str, str | None]) -> None:
-    """Put back what the emulated functions' variables replaced, once the twin has stopped."""
-    for key, value in before.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 def _create_resources(
     template: dict[str, Any], stack: LocalStack, files: TrainingFiles, first_poll_seconds: int, mlflow_tracking_server_arn: str
-) -> dict[str, str]:
-    """The stack's runtime resources in moto; returns the environment variables its functions share.
+) -> None:
+    """The stack's runtime resources in moto, each function configured with the stack's variables.
     `mlflow_tracking_server_arn`: the twin's tracking server, when one runs (the stack's setting)."""
     s3 = boto3.client("s3", region_name=REGION)
     for bucket in (stack.trigger_bucket, stack.artifacts_bucket, stack.assets_bucket):
@@ -230,7 +218,6 @@ def _create_resources(
             pattern = pattern.replace(reference, value)
         events.put_rule(Name=logical_id, EventPattern=pattern)
         events.put_targets(Rule=logical_id, Targets=targets)
-    return environment
 
 
 def _create_queue(template: dict[str, Any]) -> dict[str, Any]:

@@ -61,8 +61,9 @@ def shipped(runtime_python) -> dict:
     environment = {**lambda_variables(STACK, topic_arn="set-by-the-driver"), **_unpacked_at(asset)}
     payload = {"environment": environment, "spec": {**DDP, "inputs": {}}}
     result = subprocess.run(
-        [str(runtime_python), str(DRIVER), str(asset)], input=json.dumps(payload), capture_output=True, text=True
-    )
+        [str(runtime_python), str(DRIVER), str(asset)], input=json.dumps(payload), capture_output=True, text=True,
+        env={"PATH": os.environ["PATH"]},  # the function's variables come in the payload, never from this process
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -4,7 +4,6 @@ real handlers, and training jobs that really run (the README, "Pipeline")."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from types import SimpleNamespace
@@ -119,16 +118,6 @@ def test_a_bad_spec_is_rejected_with_its_reason_before_anything_launches(pipelin
     assert training_jobs() == []
     (message,) = notifications(stack)
     assert message["status"] == "Rejected"
-
-
-def test_the_functions_variables_stay_set_until_the_stack_closes(default_stack, tmp_path, monkeypatch):
-    # Deleting one after each call raced botocore's proxy lookup in other threads (KeyError 'TOPIC_ARN').
-    monkeypatch.delenv("TOPIC_ARN", raising=False)
-    with local_aws(default_stack.json, tmp_path, files=training_files(tmp_path)) as (stack, _):
-        called = boto3.client("lambda", region_name=REGION).invoke(FunctionName="trainstack-validate", Payload=b"{}")
-        assert called["FunctionError"] == "Unhandled"  # it ran, and returned
-        assert os.environ["TOPIC_ARN"] == stack.topic_arn
-    assert "TOPIC_ARN" not in os.environ
 
 
 def test_a_data_drop_starts_one_run_per_marker_with_its_prefix_as_the_train_channel(pipeline):

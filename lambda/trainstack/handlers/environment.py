@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,9 +53,33 @@ def lambda_variables(
     return variables
 
 
-@functools.cache
+# The environment of the function being invoked. On Lambda it is the process's own (one function per
+# process); the local twin runs every function of a stack, and of several stacks, in one process, so it
+# gives each invocation its function's variables here instead: one function's never leak into
+# another's, nor one stack's into the next (Lambda has no shared environment to leak through).
+_invocation: ContextVar[LambdaEnvironment | None] = ContextVar("invocation", default=None)
+
+
+@contextmanager
+def function_variables(variables: Mapping[str, str]) -> Iterator[None]:
+    """Run the block as an invocation of a function configured with `variables` (the twin's Lambda)."""
+    token = _invocation.set(_read(variables))
+    try:
+        yield
+    finally:
+        _invocation.reset(token)
+
+
 def environment() -> LambdaEnvironment:
-    env = os.environ
+    return _invocation.get() or _process_environment()
+
+
+@functools.cache
+def _process_environment() -> LambdaEnvironment:
+    return _read(os.environ)
+
+
+def _read(env: Mapping[str, str]) -> LambdaEnvironment:
     return LambdaEnvironment(
         stack=StackContext.from_variables(env),
         topic_arn=env.get("TOPIC_ARN", ""),
@@ -85,7 +110,7 @@ def use_client_factory(factory: Callable[[str], Any] | None) -> None:
     global _factory
     _factory = factory
     _default_client.cache_clear()
-    environment.cache_clear()
+    _process_environment.cache_clear()
 
 
 @contextmanager
