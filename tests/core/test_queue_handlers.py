@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 
+import botocore.session
 import pytest
-from botocore.stub import ANY
+from botocore.stub import ANY, Stubber
+from botocore.validate import ParamValidator
 
 from tests.core.specs import DDP
 from tests.core.stubbed import ENVIRONMENT as STACK_ENVIRONMENT
@@ -45,6 +47,23 @@ def _request(spec: dict = QUEUED_SPEC) -> dict:
     parsed = parse_spec(spec)
     resolution = check_or_raise(parsed, stack=environment().stack)
     return build_request(parsed, resolution, environment().stack, trial=Run(**RUN).trial(), execution="exec-1")
+
+
+def _submit_once(batch: Stubber) -> list[dict]:
+    """Create of the queued spec, with Batch listing no job of its name: the SubmitServiceJob arguments it sent."""
+    submitted: list[dict] = []
+
+    def sent(params: dict, **_) -> None:
+        submitted.append(dict(params))
+
+    batch.add_response("list_service_jobs", {"jobSummaryList": []})
+    batch.add_response("submit_service_job", {"jobName": _request()["TrainingJobName"], "jobId": "job-1"})
+    batch.client.meta.events.register("provide-client-params.batch.SubmitServiceJob", sent)
+    try:
+        create.handler(_create_event())
+    finally:
+        batch.client.meta.events.unregister("provide-client-params.batch.SubmitServiceJob", sent)
+    return submitted
 
 
 def _summary(name: str, job_id: str, status: str = "RUNNABLE") -> dict:
@@ -101,7 +120,15 @@ def test_create_submits_the_request_it_would_create_as_the_service_jobs_payload_
     stubbed["batch"].add_response("submit_service_job", {"jobName": name, "jobId": "job-1"}, expected)
     result = create.handler(_create_event())
     assert result["service_job_id"] == "job-1" and result["created"] is True and result["job_name"] == name
-    assert json.loads(expected["serviceRequestPayload"]) == request  # Tags stay in the payload, unlike the SDK's
+
+
+def test_the_submitted_payload_is_a_request_createtrainingjob_accepts_tags_included(stubbed):
+    (submitted,) = _submit_once(stubbed["batch"])
+    payload = json.loads(submitted["serviceRequestPayload"])  # what Batch hands CreateTrainingJob unchanged
+    create_training_job = botocore.session.get_session().get_service_model("sagemaker").operation_model("CreateTrainingJob")
+    report = ParamValidator().validate(payload, create_training_job.input_shape)
+    assert not report.has_errors(), report.generate_report()
+    assert payload["Tags"] == [{"Key": key, "Value": value} for key, value in submitted["tags"].items()]  # unlike the SDK's
 
 
 def test_create_polls_the_queued_job_of_the_same_name_on_redelivery(stubbed):
@@ -116,12 +143,28 @@ def test_create_polls_the_queued_job_of_the_same_name_on_redelivery(stubbed):
     assert result["service_job_id"] == "job-1" and result["created"] is False
 
 
-def test_create_after_batch_refuses_a_repeated_client_token_polls_the_first_submission(stubbed):
+def test_a_redelivered_create_that_finds_no_job_yet_resubmits_the_identical_request_under_the_same_client_token(stubbed):
+    # Batch's SubmitServiceJob (botocore's model, clientToken): "two submit requests with identical payloads
+    # and clientTokens ... are considered the same request and the second request is rejected". botocore
+    # would fill a missing token with a fresh UUID (idempotencyToken), which no rejection would match.
+    submitted = _submit_once(stubbed["batch"]) + _submit_once(stubbed["batch"])
+    first, again = submitted
+    assert "clientToken" in first and again == first
+
+
+def test_create_whose_submission_batch_rejects_as_a_repeat_polls_the_first_submission(stubbed):
     name = _request()["TrainingJobName"]
-    stubbed["batch"].add_response("list_service_jobs", {"jobSummaryList": []})
-    stubbed["batch"].add_client_error("submit_service_job", service_error_code="ClientException", service_message="repeated")
+    stubbed["batch"].add_response("list_service_jobs", {"jobSummaryList": []})  # the first is not listed yet
+    stubbed["batch"].add_client_error(
+        "submit_service_job", service_error_code="ClientException", service_message="Request rejected: repeated clientToken"
+    )
     stubbed["batch"].add_response("list_service_jobs", {"jobSummaryList": [_summary(name, "job-1")]})
-    assert create.handler(_create_event())["service_job_id"] == "job-1"
+    assert create.handler(_create_event()) == {
+        "job_name": name,
+        "service_job_id": "job-1",
+        "created": False,
+        "poll_seconds": ANY,
+    }
 
 
 def test_create_submits_under_the_stacks_default_share_when_the_spec_names_none(stubbed):
