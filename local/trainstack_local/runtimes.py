@@ -6,8 +6,8 @@ A SageMaker job runs on its image's torch and Python (trainstack.facts.Runtime l
 image). The twin builds one environment per runtime from the package registries on first use (the
 Linux torch wheels carry their CUDA libraries and run on a CPU without them being used; about 5 GB
 and a few minutes each), caches it outside the repository and reuses it. The interpreter is the
-image's Python version from this machine (pyenv has 3.10 to 3.13 here); where that version is
-missing, the nearest one is used and `ImageRuntime.describe` says so, never silently.
+image's Python version from this machine (pyenv's, or on PATH): a job never runs on another Python
+than its image's; where that version is missing the job fails, naming the version to install.
 
 Besides torch and numpy (the image's major version), every runtime has what the framework images
 provide to run a script: the SageMaker training toolkit, the PyTorch container's launcher and
@@ -36,8 +36,9 @@ CACHE_VARIABLE = "TRAINSTACK_RUNTIME_CACHE"
 DEFAULT_CACHE = Path.home() / ".cache" / "trainstack" / "runtimes"
 # What every framework image has to launch a script, pinned as the project's own train extra pins it.
 IMAGE_TOOLING = ("sagemaker-training", "sagemaker-pytorch-training", "mpi4py")
-PYENV_VERSIONS = Path.home() / ".pyenv" / "versions"
 INSTALL_TIMEOUT = 1800  # seconds; several GB from the registries
+PROBE_TIMEOUT = 60  # seconds for an interpreter to say its version (a busy machine starts Python slowly)
+RELEASE = re.compile(r"\d+\.\d+\.\d+")
 
 
 class RuntimeUnavailableError(RuntimeError):
@@ -50,22 +51,15 @@ class ImageRuntime:
 
     path: Path
     image: Runtime
-    python: str  # the interpreter's full version, e.g. "3.11.7"
+    python: str  # the interpreter's full version of the image's Python, e.g. "3.13.0"
 
     @property
     def bin(self) -> Path:
         return self.path / "bin"
 
-    @property
-    def exact(self) -> bool:
-        return self.python.rsplit(".", 1)[0] == self.image.python
-
     def describe(self) -> str:
-        """What the job's containers run on, with any difference from the image said."""
-        text = f"torch {self.image.torch}, Python {self.python}"
-        if not self.exact:
-            text += f" (the image has Python {self.image.python}, which this machine lacks)"
-        return text
+        """What the job's containers run on."""
+        return f"torch {self.image.torch}, Python {self.python}"
 
 
 def train_extra_pins() -> dict[str, str]:
@@ -123,22 +117,39 @@ def _once(path: Path, build: Callable[[], None]) -> None:
 
 
 def find_python(version: str) -> tuple[str, str]:
-    """An interpreter of `version` ("3.11") and its full version; the nearest one there is otherwise."""
-    candidates: dict[str, str] = {}
-    for found in sorted(PYENV_VERSIONS.glob("3.*/bin/python3")):
-        candidates.setdefault(found.parent.parent.name.rsplit(".", 1)[0], str(found))
-    for minor in range(8, 20):
-        path = shutil.which(f"python3.{minor}")
-        if path:
-            candidates.setdefault(f"3.{minor}", path)
-    candidates.setdefault(f"{sys.version_info[0]}.{sys.version_info[1]}", sys.executable)
-    wanted = int(version.split(".")[1])
-    chosen = min(candidates, key=lambda v: (abs(int(v.split(".")[1]) - wanted), -int(v.split(".")[1])))
-    interpreter = candidates[chosen]
-    full = subprocess.run(
-        [interpreter, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    return interpreter, full
+    """An interpreter of the image's Python `version` ("3.13") and its full version ("3.13.0"): pyenv's
+    (under $PYENV_ROOT, ~/.pyenv by default), else each python3.13 on PATH, else this one. A candidate that
+    does not run is passed over: pyenv's shim of a version that is not selected exits 127."""
+    for candidate in _candidates(version):
+        full = _version_of(candidate)
+        if full is not None and full.rsplit(".", 1)[0] == version:
+            return candidate, full
+    raise RuntimeUnavailableError(
+        f"no Python {version} on this machine for the image's runtime: install it (`pyenv install {version}`) "
+        f"or put python{version} on PATH"
+    )
+
+
+def _candidates(version: str) -> list[str]:
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    # Plain releases only: pyenv also names variants such as 3.13.0t (free-threaded) or 3.13-dev.
+    installed = [str(p) for p in sorted(pyenv.glob(f"{version}.*/bin/python3")) if RELEASE.fullmatch(p.parents[1].name)]
+    directories = os.environ.get("PATH", "").split(os.pathsep)
+    on_path = [found for directory in directories if (found := shutil.which(f"python{version}", path=directory))]
+    this = [sys.executable] if f"{sys.version_info[0]}.{sys.version_info[1]}" == version else []
+    return [*installed, *on_path, *this]
+
+
+def _version_of(interpreter: str) -> str | None:
+    """The interpreter's full version; None when it does not run."""
+    try:
+        ran = subprocess.run(
+            [interpreter, "-c", "import platform; print(platform.python_version())"],
+            capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return ran.stdout.strip() if ran.returncode == 0 else None
 
 
 def _build(path: Path, interpreter: str, wanted: list[str]) -> None:

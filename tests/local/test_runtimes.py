@@ -45,17 +45,41 @@ def test_the_project_image_adds_its_requirements_files_pins_over_its_base():
     assert image.runtime == facts.image_version("dlc", facts.versions("dlc")[-1]).runtime
 
 
-def test_the_interpreter_is_the_images_python_version_or_the_nearest_one_said_so(monkeypatch, tmp_path):
-    fake = tmp_path / "3.12.1" / "bin" / "python3"  # a pyenv with one interpreter, beside this one (3.11)
-    fake.parent.mkdir(parents=True)
-    fake.write_text("#!/bin/sh\necho 3.12.1\n")
-    fake.chmod(0o755)
-    monkeypatch.setattr(runtimes, "PYENV_VERSIONS", tmp_path)
-    monkeypatch.setattr(runtimes.shutil, "which", lambda name: None)
-    assert runtimes.find_python("3.12") == (str(fake), "3.12.1")
-    _, nearest = runtimes.find_python("3.9")
-    assert nearest.startswith("3.11.")
-    exact = runtimes.ImageRuntime(tmp_path, facts.image_version("dlc", "2.6.0").runtime, "3.12.1")
-    assert exact.describe() == "torch 2.6.0, Python 3.12.1"
-    substitute = runtimes.ImageRuntime(tmp_path, facts.image_version("dlc", "1.13.1").runtime, nearest)
-    assert substitute.describe() == f"torch 1.13.1, Python {nearest} (the image has Python 3.9, which this machine lacks)"
+def _interpreter(path: Path, prints: str = "", exits: int = 0) -> Path:
+    """A stand-in interpreter that prints a version (as `python -c ...platform.python_version()` would)
+    and exits with `exits`: pyenv's shim for a version that is not selected exits 127."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho {prints}\nexit {exits}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_the_interpreter_is_pyenvs_of_the_images_python_under_pyenv_root(monkeypatch, tmp_path):
+    found = _interpreter(tmp_path / "pyenv" / "versions" / "3.12.1" / "bin" / "python3", "3.12.1")
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "pyenv"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert runtimes.find_python("3.12") == (str(found), "3.12.1")
+
+
+def test_an_interpreter_that_does_not_run_is_passed_over(monkeypatch, tmp_path):
+    _interpreter(tmp_path / "shims" / "python3.12", exits=127)
+    found = _interpreter(tmp_path / "bin" / "python3.12", "3.12.4")
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "no-pyenv"))
+    monkeypatch.setenv("PATH", f"{tmp_path / 'shims'}:{tmp_path / 'bin'}")
+    assert runtimes.find_python("3.12") == (str(found), "3.12.4")
+
+
+def test_without_the_images_python_the_error_is_one_line_naming_the_fix(monkeypatch, tmp_path):
+    _interpreter(tmp_path / "shims" / "python3.12", exits=127)
+    _interpreter(tmp_path / "pyenv" / "versions" / "3.10.13" / "bin" / "python3", "3.10.13")  # another version only
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "pyenv"))
+    monkeypatch.setenv("PATH", str(tmp_path / "shims"))
+    with pytest.raises(runtimes.RuntimeUnavailableError) as raised:
+        runtimes.find_python("3.12")
+    assert "\n" not in str(raised.value)
+    assert "no Python 3.12" in str(raised.value) and "`pyenv install 3.12`" in str(raised.value)
+
+
+def test_a_runtime_names_its_torch_and_its_python(tmp_path):
+    runtime = runtimes.ImageRuntime(tmp_path, facts.image_version("dlc", "2.6.0").runtime, "3.12.1")
+    assert runtime.describe() == "torch 2.6.0, Python 3.12.1"
