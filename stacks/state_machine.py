@@ -30,22 +30,18 @@ from stacks.roles import ManagedPolicyRole
 from trainstack.workflow import (
     CAPACITY_REFUSED_RETRY,
     COMPLETED,
+    CONTROL_PLANE_RETRY,
     DEADLINE_PASSED,
+    LAMBDA_RETRY,
     NOT_STARTED,
     NOTIFY_FAILED,
     RUNNING,
     STEP_FUNCTIONS_MAX_SECONDS,
-    THROTTLED_RETRY,
     UNWATCHED,
+    WATCH_LAMBDA_RETRY,
     RetryPolicy,
 )
 
-LAMBDA_TRANSIENT = [
-    "Lambda.ServiceException",
-    "Lambda.AWSLambdaException",
-    "Lambda.SdkClientException",
-    "Lambda.TooManyRequestsException",
-]
 # Each run is bounded by its own deadline (Validate derives it from the spec; the trial loop checks
 # it), so the state machine's timeout is the longest Step Functions allows, never a guess that
 # would abort a long sweep.
@@ -156,7 +152,7 @@ def build_state_machine(scope: Construct, props: StateMachineProps) -> sfn.State
 def _trial(scope: Construct, functions: Mapping[str, lambda_.IFunction]) -> sfn.IChainable:
     """One trial, the Map's item: Create -> Wait -> Describe -> JobStatus, until the job ends."""
     create = _invoke(scope, "Create", functions["create"], result_path="$.job")
-    _add_retry(create, THROTTLED_RETRY)
+    _add_retry(create, CONTROL_PLANE_RETRY)
     _add_retry(create, CAPACITY_REFUSED_RETRY)
     not_started = sfn.Pass(
         scope, "TrialNotStarted", parameters={"status": NOT_STARTED, "error": sfn.JsonPath.object_at("$.error")}
@@ -178,10 +174,11 @@ def _trial(scope: Construct, functions: Mapping[str, lambda_.IFunction]) -> sfn.
             }
         ),
         result_path="$.job",
+        lambda_retry=WATCH_LAMBDA_RETRY,
     )
-    _add_retry(describe, THROTTLED_RETRY)
-    # Past its retries the trial ends with the reason; the run then fails and its Stop rule
-    # stops the job, so no job runs on unwatched.
+    # Describe answers a control-plane error with the status Unknown, and the loop asks again. Any other
+    # failure (access to the job denied, the job gone, Lambda failing past an hour of retries) ends the
+    # trial with the reason; the run then fails and its Stop rule stops the job: none runs unwatched.
     unwatched = sfn.Pass(
         scope,
         "TrialUnwatched",
@@ -242,16 +239,30 @@ def _trial(scope: Construct, functions: Mapping[str, lambda_.IFunction]) -> sfn.
     return create.next(wait).next(describe).next(status)
 
 
-def _invoke(scope: Construct, construct_id: str, function: lambda_.IFunction, **options: object) -> tasks.LambdaInvoke:
-    """A task calling `function` with its output as the result, Lambda's transient errors retried."""
-    task = tasks.LambdaInvoke(scope, construct_id, lambda_function=function, payload_response_only=True, **options)
-    task.add_retry(errors=LAMBDA_TRANSIENT, interval=Duration.seconds(2), max_attempts=3, backoff_rate=2)
+def _invoke(
+    scope: Construct,
+    construct_id: str,
+    function: lambda_.IFunction,
+    lambda_retry: RetryPolicy = LAMBDA_RETRY,
+    **options: object,
+) -> tasks.LambdaInvoke:
+    """A task calling `function` with its output as the result, Lambda's own failures retried as
+    `lambda_retry` says (in place of CDK's default retrier, which would match them first)."""
+    task = tasks.LambdaInvoke(
+        scope,
+        construct_id,
+        lambda_function=function,
+        payload_response_only=True,
+        retry_on_service_exceptions=False,
+        **options,
+    )
+    _add_retry(task, lambda_retry)
     return task
 
 
 def _add_retry(task: tasks.LambdaInvoke, policy: RetryPolicy) -> None:
     task.add_retry(
-        errors=[policy.error],
+        errors=list(policy.errors),
         interval=Duration.seconds(policy.interval_seconds),
         max_attempts=policy.max_attempts,
         backoff_rate=policy.backoff_rate,

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from trainstack.billing import billed_usd
-from trainstack.errors import CapacityUnavailableError, ThrottledError
+from trainstack.errors import CapacityUnavailableError, ControlPlaneError
 
 # For annotations only: at run time the spec model would pull in pydantic, which Describe, Notify and
 # Stop never use, and every handler imports this module (tools/bench_lambda.py).
@@ -28,7 +28,11 @@ RESTART_WAIT_CAP = 15  # x the first wait
 # How SageMaker words a job that failed because no instances could be had.
 CAPACITY_FAILURE_MARKERS = ("CapacityError", "Insufficient capacity", "Unable to provision requested ML compute capacity")
 MAX_POLL_SECONDS = 1800
-RUNNING = ("InProgress", "Stopping")  # statuses the state machine keeps polling
+# A trial's status while its job's could not be read: the control plane failed (throttled, timed out,
+# a 5xx). Nothing is known of the job, so the loop asks again at the next poll: only SageMaker's own
+# status (or the run's deadline) ends a trial, never an answer of the control plane.
+UNKNOWN = "Unknown"
+RUNNING = ("InProgress", "Stopping", UNKNOWN)  # statuses the state machine keeps polling
 ENDED = ("Completed", "Failed", "Stopped")  # a training job's final statuses
 DATA_MARKER = "_SUCCESS"
 
@@ -56,7 +60,7 @@ class RetryPolicy:
     """A Step Functions Retry as data: the definition renders it (stacks/state_machine.py), and a run's
     deadline counts the waits it may spend."""
 
-    error: str
+    errors: tuple[str, ...]
     interval_seconds: int
     max_attempts: int
     backoff_rate: float = 2.0
@@ -71,12 +75,26 @@ class RetryPolicy:
         return int(sum(self.waits()))
 
 
-# Create and Describe retry a throttled SageMaker API quickly; Create retries a quota or capacity
-# refusal (ResourceLimitExceeded) for about 75 minutes, then reports the trial NotStarted.
-THROTTLED_RETRY = RetryPolicy(ThrottledError.__name__, interval_seconds=5, max_attempts=5)
+# Create retries an API that failed on the service's side for about 15 minutes (5 s doubling to 5
+# minutes), and a quota or capacity refusal (ResourceLimitExceeded) for about 75 minutes; then it
+# reports the trial NotStarted. (Describe retries nothing of the API: it asks again at its next poll.)
+CONTROL_PLANE_RETRY = RetryPolicy((ControlPlaneError.__name__,), interval_seconds=5, max_attempts=8, max_delay_seconds=300)
 CAPACITY_REFUSED_RETRY = RetryPolicy(
-    CapacityUnavailableError.__name__, interval_seconds=300, max_attempts=4, max_delay_seconds=3600
+    (CapacityUnavailableError.__name__,), interval_seconds=300, max_attempts=4, max_delay_seconds=3600
 )
+# The errors Step Functions reports when Lambda itself fails to run a function (not the function's own).
+LAMBDA_SERVICE_ERRORS = (
+    "Lambda.ClientExecutionTimeoutException",
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+    "Lambda.TooManyRequestsException",
+)
+# Every task retries those for about two minutes (as CDK's LambdaInvoke would by default); Describe,
+# which watches a job that may train for days, for about an hour (5 s doubling to 5 minutes): Lambda
+# failing for a while is no news of the job.
+LAMBDA_RETRY = RetryPolicy(LAMBDA_SERVICE_ERRORS, interval_seconds=2, max_attempts=6)
+WATCH_LAMBDA_RETRY = RetryPolicy(LAMBDA_SERVICE_ERRORS, interval_seconds=5, max_attempts=16, max_delay_seconds=300)
 
 
 @dataclass(frozen=True)
@@ -203,7 +221,7 @@ def run_deadline_seconds(spec: JobSpec, trial_count: int) -> int:
     job_seconds = (spec.spot.max_wait or spec.max_runtime) if spec.spot.enabled else spec.max_runtime
     capacity_waits = sum(capacity_wait_seconds(attempt) for attempt in range(CAPACITY_RETRIES))
     per_trial = (
-        THROTTLED_RETRY.total_wait_seconds()
+        CONTROL_PLANE_RETRY.total_wait_seconds()
         + CAPACITY_REFUSED_RETRY.total_wait_seconds()
         + capacity_waits
         + CAPACITY_RETRIES * JOB_OVERHEAD_SECONDS  # re-created attempts that failed for capacity

@@ -16,7 +16,8 @@ duration of `moto_bridges()` only:
   (StopExecution: ABORTED; the interpreter's end: SUCCEEDED, FAILED, TIMED_OUT) that the stack's
   rule sends to the Stop function.
 - Faults: `ApiFaults.inject(service, action, code)` makes the next calls of one API action fail as
-  AWS reports that error (throttling, access denied, an SNS refusal), for the failure scenarios.
+  AWS reports that error (throttling, a 5xx, access denied, an SNS refusal), a number of times or for
+  a while, with the HTTP status AWS gives it, for the failure scenarios.
 - SageMaker: CreateTrainingJob refuses a duplicate name and an image missing from the region, as
   the real API does, keeps the request's Environment and MlflowConfig (moto drops both; Describe
   returns them, and the MlflowDetails the twin finds once the job ends) and MetricDefinitions (moto
@@ -40,8 +41,10 @@ import threading
 import time
 import traceback
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -56,32 +59,71 @@ from trainstack_local.sagemaker_twin import SageMakerTwin
 _INVOKE_LOCK = threading.Lock()
 
 
+# The HTTP status AWS answers each of its common errors with (the AWS API references' "Common Errors"):
+# botocore, and so a caller's retry, reads the status as much as the code. Others: moto's choice.
+COMMON_ERROR_STATUS = {
+    "InternalFailure": 500,
+    "InternalServerError": 500,
+    "ServiceUnavailable": 503,
+    "ServiceUnavailableException": 503,
+    "RequestTimeout": 408,
+    "RequestTimeoutException": 408,
+    "ThrottlingException": 400,
+    "Throttling": 400,
+    "TooManyRequestsException": 429,
+}
+
+
+@dataclass
+class _Fault:
+    code: str
+    message: str
+    times: int  # answers left (-1: no limit)
+    until: float | None  # time.monotonic() past which it is gone (None: no limit)
+    answered: int = 0
+
+
 class ApiFaults:
-    """Errors to answer instead of moto's result, per (service, action), a number of times (-1: always)."""
+    """Errors to answer instead of moto's result, per (service, action): a number of times (-1: always),
+    for a while (`seconds`), or both, whichever ends first. Actions are named as the API names them
+    (DescribeServiceJob); moto knows some by their REST path's spelling (describeservicejob)."""
 
     def __init__(self) -> None:
-        self._faults: dict[tuple[str, str], tuple[str, str, int]] = {}
+        self._faults: dict[tuple[str, str], _Fault] = {}
+        self._answered: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
-    def inject(self, service: str, action: str, code: str, message: str = "injected fault", times: int = -1) -> None:
+    def inject(
+        self, service: str, action: str, code: str, message: str = "injected fault", times: int = -1, seconds: float | None = None
+    ) -> None:
+        until = None if seconds is None else time.monotonic() + seconds
         with self._lock:
-            self._faults[(service, action)] = (code, message, times)
+            self._faults[(service, action.lower())] = _Fault(code, message, times, until)
 
     def clear(self) -> None:
         with self._lock:
             self._faults.clear()
 
+    def answered(self, service: str, action: str) -> int:
+        """How many calls of the action the faults have answered so far."""
+        with self._lock:
+            return self._answered.get((service, action.lower()), 0)
+
     def take(self, service: str, action: str) -> tuple[str, str] | None:
+        action = action.lower()
         with self._lock:
             fault = self._faults.get((service, action))
             if fault is None:
                 return None
-            code, message, times = fault
-            if times == 1:
+            if fault.until is not None and time.monotonic() > fault.until:
                 del self._faults[(service, action)]
-            elif times > 1:
-                self._faults[(service, action)] = (code, message, times - 1)
-            return code, message
+                return None
+            if fault.times == 1:
+                del self._faults[(service, action)]
+            elif fault.times > 1:
+                fault.times -= 1
+            self._answered[(service, action)] = self._answered.get((service, action), 0) + 1
+            return fault.code, fault.message
 
 
 def _injected_fault(code: str, message: str) -> Exception:
@@ -287,8 +329,10 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
         fault = faults.take(self.service_name, self._get_action())
         if fault is None:
             return call_action(self)
-        status, headers, body = self.serialized(ActionResult(_injected_fault(*fault)))  # as moto serializes errors
-        headers["status"] = status
+        with warnings.catch_warnings():  # moto notes a common error (a 5xx) missing from the service's model
+            warnings.simplefilter("ignore", UserWarning)
+            status, headers, body = self.serialized(ActionResult(_injected_fault(*fault)))  # as moto serializes errors
+        headers["status"] = status = COMMON_ERROR_STATUS.get(fault[0], status)
         status, headers, body = self._transform_response(self.response_headers, (body, headers))
         return (status, *self._enrich_response(headers, body))
 

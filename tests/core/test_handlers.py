@@ -8,11 +8,12 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.core.specs import DDP
 from tests.core.stubbed import ENVIRONMENT, stubbed_clients
 from trainstack import facts
-from trainstack.errors import CapacityUnavailableError, SpecInvalidError, ThrottledError
+from trainstack.errors import CapacityUnavailableError, ControlPlaneError, SpecInvalidError
 from trainstack.handlers import create, describe, notify, stop, validate
 from trainstack.handlers.environment import environment
 from trainstack.identity import Run
@@ -65,11 +66,23 @@ def test_create_turns_a_quota_refusal_into_the_retried_capacity_error_with_advic
         create.handler(_create_event())
 
 
-def test_create_turns_throttling_into_the_retried_error(stubbed):
+@pytest.mark.parametrize(
+    ("code", "http_status"),
+    [("ThrottlingException", 400), ("ServiceUnavailable", 503), ("InternalFailure", 500), ("RequestTimeout", 408)],
+)
+def test_create_turns_a_control_plane_error_into_the_retried_error(stubbed, code, http_status):
     stubbed["sagemaker"].add_client_error(
-        "create_training_job", service_error_code="ThrottlingException", service_message="Rate exceeded"
+        "create_training_job", service_error_code=code, service_message="try again", http_status_code=http_status
     )
-    with pytest.raises(ThrottledError):
+    with pytest.raises(ControlPlaneError, match=f"CreateTrainingJob .*: {code}: try again"):
+        create.handler(_create_event())
+
+
+def test_create_passes_a_refusal_of_the_request_through_unretried(stubbed):
+    stubbed["sagemaker"].add_client_error(
+        "create_training_job", service_error_code="AccessDeniedException", service_message="not authorized"
+    )
+    with pytest.raises(ClientError, match="not authorized"):
         create.handler(_create_event())
 
 
@@ -221,18 +234,41 @@ def test_notify_reports_a_failed_map_as_the_runs_failure(stubbed):
 
 def test_notify_names_an_unwatched_trial_and_why(stubbed):
     stubbed["sns"].add_response("publish", {"MessageId": "1"})
-    cause = json.dumps({"errorMessage": "j: Rate exceeded", "errorType": "ThrottledError"})
-    results = [{"status": "Unwatched", "job_name": "j", "error": {"Error": "ThrottledError", "Cause": cause}}]
+    cause = json.dumps({"errorMessage": "j: not authorized to describe", "errorType": "ClientError"})
+    results = [{"status": "Unwatched", "job_name": "j", "error": {"Error": "ClientError", "Cause": cause}}]
     result = notify.handler({"results": results})
     assert result["status"] == "Failed"
-    assert result["reason"] == "j: Unwatched: could not be described (j: Rate exceeded); stopped with the run"
+    assert result["reason"] == "j: Unwatched: could not be described (j: not authorized to describe); stopped with the run"
 
 
-def test_describe_turns_throttling_into_the_retried_error(stubbed):
+@pytest.mark.parametrize(
+    ("code", "http_status"),
+    [("ThrottlingException", 400), ("ServiceUnavailable", 503), ("InternalFailure", 500), ("RequestTimeout", 408)],
+)
+def test_describe_answers_unknown_on_a_control_plane_error_and_asks_again_after_the_same_wait(stubbed, code, http_status):
     stubbed["sagemaker"].add_client_error(
-        "describe_training_job", service_error_code="ThrottlingException", service_message="Rate exceeded"
+        "describe_training_job", service_error_code=code, service_message="try again", http_status_code=http_status
     )
-    with pytest.raises(ThrottledError, match="trainstack-x: Rate exceeded"):
+    attempts = [{"job_name": "trainstack-x-0", "outcome": "restart"}]
+    result = describe.handler({"job_name": "trainstack-x", "poll_seconds": 240, "attempts": attempts})
+    assert (result["status"], result["poll_seconds"], result["retry"], result["restart"]) == ("Unknown", 240, False, False)
+    assert result["attempts"] == attempts  # nothing is decided on no news
+    assert result["secondary_status"] == f"not read: DescribeTrainingJob: {code}: try again"
+
+
+def test_describe_answers_unknown_when_sagemaker_cannot_be_reached(stubbed):
+    stubbed["sagemaker"].add_client_error("describe_training_job", http_status_code=502, service_error_code="BadGateway")
+    assert describe.handler({"job_name": "trainstack-x", "poll_seconds": 60})["status"] == "Unknown"
+
+
+def test_describe_raises_a_refusal_of_the_request_so_the_trial_ends_unwatched(stubbed):
+    stubbed["sagemaker"].add_client_error(
+        "describe_training_job",
+        service_error_code="AccessDeniedException",
+        service_message="not authorized",
+        http_status_code=400,
+    )
+    with pytest.raises(ClientError, match="not authorized"):
         describe.handler({"job_name": "trainstack-x", "poll_seconds": 60})
 
 

@@ -13,7 +13,7 @@ from botocore.validate import ParamValidator
 from tests.core.specs import DDP
 from tests.core.stubbed import ENVIRONMENT as STACK_ENVIRONMENT
 from tests.core.stubbed import stubbed_clients
-from trainstack.errors import ThrottledError
+from trainstack.errors import ControlPlaneError
 from trainstack.handlers import create, describe, notify, stop
 from trainstack.handlers.environment import environment
 from trainstack.identity import Run
@@ -297,7 +297,7 @@ def test_create_turns_a_throttled_lookup_in_the_queue_into_the_retried_error(stu
     stubbed["batch"].add_client_error(
         "list_service_jobs", service_error_code="TooManyRequestsException", service_message="Too many requests"
     )
-    with pytest.raises(ThrottledError):
+    with pytest.raises(ControlPlaneError):
         create.handler(_create_event())
 
 

@@ -8,8 +8,8 @@ from tests.core.specs import DDP
 from trainstack.spec import Restarts, parse_spec
 from trainstack.workflow import (
     CAPACITY_REFUSED_RETRY,
+    CONTROL_PLANE_RETRY,
     SUBJECT_MAX,
-    THROTTLED_RETRY,
     RetryPolicy,
     notification_subject,
     run_deadline_seconds,
@@ -62,8 +62,8 @@ def test_sagemakers_own_retries_each_get_the_whole_runtime():
 
 
 def test_a_retry_policy_counts_its_waits_as_step_functions_spaces_them():
-    assert THROTTLED_RETRY.total_wait_seconds() == 5 + 10 + 20 + 40 + 80
+    assert CONTROL_PLANE_RETRY.total_wait_seconds() == 5 + 10 + 20 + 40 + 80 + 160 + 300 + 300  # capped at 5 minutes
     assert CAPACITY_REFUSED_RETRY.total_wait_seconds() == (5 + 10 + 20 + 40) * 60  # under the one-hour cap
-    assert RetryPolicy("E", interval_seconds=1200, max_attempts=3, max_delay_seconds=3600).total_wait_seconds() == (
+    assert RetryPolicy(("E",), interval_seconds=1200, max_attempts=3, max_delay_seconds=3600).total_wait_seconds() == (
         1200 + 2400 + 3600
     )

@@ -170,3 +170,24 @@ def test_a_queued_run_whose_execution_is_stopped_ends_aborted_and_the_stop_rule_
     assert any(line.startswith(f"halted ABORTED: terminated {waiting['jobName']}") for line in function_log("trainstack-stop"))
     stack.batch.wait_for_passes(10)  # with the queue enabled again: any of them would have dispatched it
     assert not [j for j in training_jobs() if "halted" in j["TrainingJobName"]]
+
+
+def test_describe_service_job_failing_for_a_while_leaves_a_queued_job_training_to_completion(queued):
+    stack, _ = queued
+    execution = start_inline(
+        stack, job("outage", share="prod") | {"hyperparameters": {"model": "gpt-tiny", "max_steps": 40}}, "outage"
+    )
+    poll_until(
+        lambda: [j for j in service_jobs(stack, "RUNNING") if j["jobName"].startswith("trainstack-outage-")],
+        timeout=300,
+        what="the run's job to run",
+    )
+    stack.faults.inject("batch", "DescribeServiceJob", "ServiceUnavailable", "Service unavailable. Try again.", seconds=12)
+    try:
+        run = finish(execution)
+    finally:
+        stack.faults.clear()
+    assert run.status == "SUCCEEDED"
+    assert stack.faults.answered("batch", "DescribeServiceJob") >= 3
+    (trained,) = [j for j in training_jobs() if "outage" in j["TrainingJobName"]]  # neither stopped nor created again
+    assert trained["TrainingJobStatus"] == "Completed"

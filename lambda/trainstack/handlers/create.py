@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from trainstack.errors import THROTTLING, CapacityUnavailableError
-from trainstack.handlers.environment import client, environment, throttling_retried
+from trainstack.errors import CapacityUnavailableError
+from trainstack.handlers.environment import client, control_plane_retried, environment, is_control_plane_error
 from trainstack.identity import Run
 from trainstack.service_jobs import submit_arguments
 from trainstack.workflow import next_poll_seconds
@@ -56,7 +56,7 @@ def _create(request: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
     """CreateTrainingJob; a job of that name already made (a redelivered event, a redriven execution) is polled."""
     job_name = request["TrainingJobName"]
     created = True
-    with throttling_retried(job_name):
+    with control_plane_retried(f"CreateTrainingJob {job_name}"):
         try:
             client("sagemaker").create_training_job(**request)
         except ClientError as error:
@@ -78,14 +78,14 @@ def _submit(batch: Any, arguments: dict[str, Any]) -> dict[str, Any]:
     (a redelivered event, a redriven execution) is polled. The client token (the name) makes Batch
     refuse a second submission that races this lookup; the lookup after the refusal finds the first."""
     job_name = arguments["jobName"]
-    with throttling_retried(job_name):
+    with control_plane_retried(f"SubmitServiceJob {job_name}"):
         found = _queued_job(batch, arguments["jobQueue"], job_name)
         if found:
             return {"job_name": job_name, "service_job_id": found, "created": False}
         try:
             submitted = batch.submit_service_job(**arguments)
         except ClientError as error:
-            if error.response["Error"]["Code"] in THROTTLING:
+            if is_control_plane_error(error):
                 raise
             found = _queued_job(batch, arguments["jobQueue"], job_name)
             if not found:

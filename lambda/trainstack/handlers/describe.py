@@ -5,7 +5,12 @@ is not the user's under the spec's `restarts`), after `retry_wait_seconds`.
 A job submitted to the team queue (`service_job_id`) is followed through its service job: queued,
 it has no training job yet; dispatched, Batch's own training job (named AWSBatch...) says how it
 runs. The service job says when it ended: Batch puts a job that failed for capacity back in the
-queue itself, so the pipeline re-creates nothing for capacity there."""
+queue itself, so the pipeline re-creates nothing for capacity there.
+
+A call that fails for the service's sake (throttled, timed out, a 5xx: `is_control_plane_error`)
+says nothing of the job: the answer is the status Unknown, and the loop asks again at its next poll.
+Only the job's own status ends a trial (SkyPilot #10155: status-fetch timeouts read as failures
+recovered a healthy job 24 times in 19 hours)."""
 
 from __future__ import annotations
 
@@ -14,13 +19,15 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from trainstack.handlers.environment import client, environment, throttling_retried
+from trainstack.errors import ControlPlaneError
+from trainstack.handlers.environment import client, control_plane_retried, environment
 from trainstack.restarts import CAPACITY_RETRY, RESTART, RestartPolicy, after_job, decided
 from trainstack.service_jobs import FINAL, QUEUED, ended_in_queue, training_job_name
 from trainstack.workflow import (
     CAPACITY_RETRIES,
     ENDED,
     NOT_STARTED,
+    UNKNOWN,
     capacity_wait_seconds,
     next_poll_seconds,
     restart_wait_seconds,
@@ -30,14 +37,17 @@ from trainstack.workflow import (
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     service_job_id = event.get("service_job_id", "")
-    if service_job_id:
-        description, result = _queued(event["job_name"], service_job_id)
-    else:
-        with throttling_retried(event["job_name"]):
-            description = client("sagemaker").describe_training_job(TrainingJobName=event["job_name"])
-        result = summary(description)
     env = environment()
     attempts = event.get("attempts", [])
+    try:
+        if service_job_id:
+            description, result = _queued(event["job_name"], service_job_id)
+        else:
+            with control_plane_retried("DescribeTrainingJob"):
+                description = client("sagemaker").describe_training_job(TrainingJobName=event["job_name"])
+            result = summary(description)
+    except ControlPlaneError as error:
+        return _unknown(event, service_job_id, str(error))
     answer = {
         **result,
         "service_job_id": service_job_id,
@@ -62,7 +72,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
 def _queued(job_name: str, service_job_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The training job's description (empty while none was created) and the trial's summary, for a
     job in the team queue: `job_name` stays trainstack's, `training_job_name` is Batch's."""
-    with throttling_retried(job_name):
+    with control_plane_retried("DescribeServiceJob"):
         service_job = client("batch").describe_service_job(jobId=service_job_id)
     status = service_job["status"]
     training_job = training_job_name(service_job)
@@ -93,12 +103,29 @@ def _dispatched(job_name: str, training_job: str, waiting: bool) -> dict[str, An
     """DescribeTrainingJob of the job Batch created; {} for one it created a moment ago that SageMaker
     does not describe yet (`waiting`: the service job has not ended), as the next poll will."""
     try:
-        with throttling_retried(job_name):
+        with control_plane_retried("DescribeTrainingJob"):
             return client("sagemaker").describe_training_job(TrainingJobName=training_job)
     except ClientError as error:
         if waiting and error.response["Error"]["Code"] == "ValidationException":
             return {}
         raise
+
+
+def _unknown(event: dict[str, Any], service_job_id: str, reason: str) -> dict[str, Any]:
+    """The answer when the job's status could not be read: Unknown, asked again after the same wait
+    (the job's last known state stands; nothing is decided on no news)."""
+    env = environment()
+    return {
+        "job_name": event["job_name"],
+        "status": UNKNOWN,
+        "secondary_status": f"not read: {reason}",
+        "failure_reason": "",
+        "service_job_id": service_job_id,
+        "poll_seconds": event.get("poll_seconds") or env.first_poll_seconds,
+        "retry": False,
+        "restart": False,
+        "attempts": event.get("attempts", []),
+    }
 
 
 def _started(event: dict[str, Any]) -> datetime:

@@ -10,7 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from trainstack.errors import THROTTLING, ThrottledError
+from trainstack.errors import ControlPlaneError
 from trainstack.stack_context import StackContext
 from trainstack.workflow import FIRST_POLL_SECONDS, MAX_POLL_SECONDS
 
@@ -113,17 +113,42 @@ def use_client_factory(factory: Callable[[str], Any] | None) -> None:
     _process_environment.cache_clear()
 
 
-@contextmanager
-def throttling_retried(subject: str) -> Iterator[None]:
-    """An AWS call throttled in the block is raised as ThrottledError, its message naming `subject`:
-    the state machine retries it quickly (workflow.THROTTLED_RETRY). Any other error passes through."""
-    # On the call, not with the module: every handler imports this one, and Validate's cold start
-    # needs no botocore (tools/bench_lambda.py).
-    from botocore.exceptions import ClientError
+def is_control_plane_error(error: BaseException) -> bool:
+    """Whether an AWS call failed for the service's sake, not the request's: throttled, timed out, an
+    HTTP 5xx, a lost connection. botocore's standard retry mode decides the same question before it
+    retries a call; its checkers are asked here, so the codes are never typed twice."""
+    from types import SimpleNamespace
 
+    from botocore.exceptions import ClientError
+    from botocore.retries import standard
+
+    if isinstance(error, ClientError):
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        context = standard.RetryContext(
+            attempt_number=1, parsed_response=error.response, http_response=SimpleNamespace(status_code=status)
+        )
+    else:
+        context = standard.RetryContext(attempt_number=1, caught_exception=error)
+    checkers = (standard.TransientRetryableChecker(), standard.ThrottledRetryableChecker())
+    return any(checker.is_retryable(context) for checker in checkers)
+
+
+@contextmanager
+def control_plane_retried(subject: str) -> Iterator[None]:
+    """An AWS call in the block that fails for the service's sake (`is_control_plane_error`) is raised
+    as ControlPlaneError, its message naming `subject` and the service's code: Create's state retries
+    it (workflow.CONTROL_PLANE_RETRY), Describe asks again at the next poll. Any other error passes."""
     try:
         yield
-    except ClientError as error:
-        if error.response["Error"]["Code"] in THROTTLING:
-            raise ThrottledError(f"{subject}: {error.response['Error'].get('Message', '')}") from None
-        raise
+    except Exception as error:
+        if not is_control_plane_error(error):
+            raise
+        raise ControlPlaneError(f"{subject}: {_reason(error)}") from None
+
+
+def _reason(error: BaseException) -> str:
+    response = getattr(error, "response", None)
+    if not response:
+        return f"{type(error).__name__}: {error}"
+    code, message = response["Error"].get("Code", ""), response["Error"].get("Message", "")
+    return f"{code}: {message}" if message else code
