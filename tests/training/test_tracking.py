@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
 import logging
 import sys
+import threading
+import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -15,6 +20,7 @@ from trainstack_training.tracking import open_tracker
 
 mlflow = pytest.importorskip("mlflow")  # a dev dependency: `make setup` installs it
 JOB = "trainstack-track-0123456789ab-t1-a2"
+END_RUN_SECONDS = 8.0  # longer than the step_timeout below, shorter than the client's request timeout (20 s)
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +28,46 @@ def server(tmp_path_factory):
     """The twin's tracking server (trainstack_local.mlflow_server), addressed by its URL directly."""
     with tracking_server(tmp_path_factory.mktemp("mlflow"), region="us-east-1", account="123456789012") as running:
         yield running.url
+
+
+@pytest.fixture
+def slow_to_end_runs(server):
+    """The server behind a proxy that holds each request to end a run (MLflow's runs/update, which
+    the tracker's close sends) for END_RUN_SECONDS, as a busy or distant server would."""
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self._forward()
+
+        def do_POST(self) -> None:
+            self._forward()
+
+        def _forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+            if self.path.endswith("/runs/update"):
+                time.sleep(END_RUN_SECONDS)
+            headers = {"Content-Type": self.headers.get("Content-Type") or "application/json"}
+            request = urllib.request.Request(server + self.path, data=body, headers=headers, method=self.command)
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    status, answer = response.status, response.read()
+            except urllib.error.HTTPError as error:
+                status, answer = error.code, error.read()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *_: object) -> None:  # no line per request in the test's output
+            pass
+
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{proxy.server_port}"
+    proxy.shutdown()
+    thread.join()
 
 
 def _environ(address: str, experiment: str) -> dict[str, str]:
@@ -98,3 +144,13 @@ def test_a_two_rank_run_logs_one_loss_point_per_log_step_from_rank_0_only(server
     assert [m.step for m in client.get_metric_history(run_found.info.run_id, "loss")] == [2, 4, 6, 8]
     assert run_found.info.status == "FINISHED"
     assert [a.path for a in client.list_artifacts(run_found.info.run_id, "model")]
+
+
+@pytest.mark.slow
+def test_a_slow_end_of_the_mlflow_run_is_no_hang_for_the_watchdog(slow_to_end_runs, tmp_path):
+    args = job_args(tmp_path, "--step_timeout", "3", "--startup_timeout", "120", steps=6)
+    result = run(args, env=environment(**_environ(slow_to_end_runs, "slow-close"), TRAINING_JOB_NAME=JOB))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not (tmp_path / "output" / "failure").exists()
+    _, run_found = _run(slow_to_end_runs, "slow-close")
+    assert run_found.info.status == "FINISHED"

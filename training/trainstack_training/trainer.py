@@ -69,7 +69,9 @@ def run(config: TrainConfig) -> str:
             result = build_trainer(config, context, watchdog).train()
             # Every rank is done before any destroys the group: rank 0 hosts the rendezvous store,
             # and a peer still in its last collective then aborts at exit (seen once under load).
-            distributed.barrier(context)
+            # A slow phase: the other ranks wait here while rank 0 ends its MLflow run.
+            with watchdog.slow_phase():
+                distributed.barrier(context)
             return result
         finally:
             distributed.shutdown(context)
@@ -411,8 +413,11 @@ class Trainer:
         return step % self.config.log_every == 0 or step == self.config.max_steps
 
     def _close_tracker(self, status: str) -> None:
+        """A slow phase: the last batch and the end of the run are requests to a server that may be
+        slow (bounded by the tracker), with no step to show for them."""
         if self.tracker:
-            self.tracker.close(status)
+            with self.watchdog.slow_phase():
+                self.tracker.close(status)
 
     def _close_tensorboard(self) -> None:
         if self.tensorboard:
