@@ -234,25 +234,42 @@ def test_describe_restarts_a_queued_job_whose_training_failed_not_for_the_users_
 def test_stop_terminates_this_runs_service_jobs_and_leaves_other_runs_and_executions(stubbed):
     digest = Run("s3://b/jobs/x.yaml#v1").digest
     ours, theirs, other_run = f"trainstack-x-{digest}", f"trainstack-x-{digest}-a1", "trainstack-x-0123456789ab"
+    ended = f"trainstack-x-{digest}-a2"
     stubbed["sagemaker"].add_response("list_training_jobs", {"TrainingJobSummaries": []})
-    for status in ("SUBMITTED", "PENDING", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING"):
-        listed = (
-            [_summary(ours, "job-1"), _summary(theirs, "job-2"), _summary(other_run, "job-3")] if status == "RUNNABLE" else []
-        )
-        stubbed["batch"].add_response(
-            "list_service_jobs", {"jobSummaryList": listed}, {"jobQueue": QUEUE_ARN, "jobStatus": status}
-        )
-        if listed:
-            stubbed["batch"].add_response(
-                "describe_service_job", _service_job("RUNNABLE", tags={"trainstack:execution": "exec-1"})
-            )
-            stubbed["batch"].add_response("terminate_service_job", {}, {"jobId": "job-1", "reason": "exec-1 ABORTED"})
-            stubbed["batch"].add_response(
-                "describe_service_job", _service_job("RUNNABLE", tags={"trainstack:execution": "other"})
-            )
+    # One listing by the stack's name prefix spans every status: a job Batch moves from RUNNING back to
+    # RUNNABLE while it is read is listed once, never missed between two per-status listings.
+    listed = [
+        _summary(ours, "job-1", "RUNNING"),
+        _summary(theirs, "job-2"),
+        _summary(other_run, "job-3"),
+        _summary(ended, "job-4", "SUCCEEDED"),
+    ]
+    stubbed["batch"].add_response(
+        "list_service_jobs",
+        {"jobSummaryList": listed},
+        {"jobQueue": QUEUE_ARN, "filters": [{"name": "JOB_NAME", "values": ["trainstack-*"]}]},
+    )
+    stubbed["batch"].add_response(
+        "describe_service_job", _service_job("RUNNING", jobName=ours, tags={"trainstack:execution": "exec-1"})
+    )
+    stubbed["batch"].add_response("terminate_service_job", {}, {"jobId": "job-1", "reason": "exec-1 ABORTED"})
+    stubbed["batch"].add_response(
+        "describe_service_job", _service_job("RUNNABLE", jobName=theirs, tags={"trainstack:execution": "other"})
+    )
     event_input = {"detail": {"bucket": {"name": "b"}, "object": {"key": "jobs/x.yaml", "version-id": "v1"}}}
     result = stop.handler({"detail": {"input": json.dumps(event_input), "name": "exec-1", "status": "ABORTED"}})
     assert result["stopped"] == [ours]
+
+
+def test_stop_passes_over_a_job_that_ended_between_the_listing_and_its_termination(stubbed):
+    digest = Run("s3://b/jobs/x.yaml#v1").digest
+    stubbed["sagemaker"].add_response("list_training_jobs", {"TrainingJobSummaries": []})
+    stubbed["batch"].add_response("list_service_jobs", {"jobSummaryList": [_summary(f"trainstack-x-{digest}", "job-1")]})
+    stubbed["batch"].add_response("describe_service_job", _service_job("RUNNABLE", tags={"trainstack:execution": "exec-1"}))
+    stubbed["batch"].add_client_error("terminate_service_job", service_error_code="ClientException", service_message="ended")
+    stubbed["batch"].add_response("describe_service_job", _service_job("FAILED"))
+    event_input = {"detail": {"bucket": {"name": "b"}, "object": {"key": "jobs/x.yaml", "version-id": "v1"}}}
+    assert stop.handler({"detail": {"input": json.dumps(event_input), "name": "exec-1", "status": "ABORTED"}})["stopped"] == []
 
 
 def test_the_queued_payload_is_what_create_sends_createtrainingjob_for_the_same_spec_without_queue(stubbed):

@@ -12,11 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from trainstack.handlers.environment import client, environment
 from trainstack.identity import TAG_EXECUTION, Run
-from trainstack.service_jobs import ACTIVE
+from trainstack.stopping import HAD_ENDED, TERMINATED, stop_service_jobs
 from trainstack.workflow import trigger_of
 
 
@@ -46,33 +44,21 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
 
 
 def _terminate_service_jobs(run: Run, detail: dict[str, Any]) -> list[str]:
-    """The run's service jobs in the team queue, by the same rule: terminating a queued one ends it
-    before any training job is created; a dispatched one, Batch stops its training job (whose AWSBatch
-    name the pass above does not read as this run's)."""
-    batch = client("batch")
+    """The run's service jobs in the team queue, by the same rule (trainstack/stopping.py): terminating
+    a queued one ends it before any training job is created; a dispatched one, Batch stops its training
+    job (whose AWSBatch name the pass above does not read as this run's)."""
     stack = environment().stack
     ended = f"{detail['name']} {detail.get('status', 'ended')}"
-    terminated = []
-    for status in ACTIVE:
-        pages = batch.get_paginator("list_service_jobs").paginate(jobQueue=stack.job_queue_arn, jobStatus=status)
-        for job in (job for page in pages for job in page["jobSummaryList"]):
-            if not run.made(job["jobName"], stack.name_prefix):
-                continue
-            tags = batch.describe_service_job(jobId=job["jobId"]).get("tags") or {}
-            creator = tags.get(TAG_EXECUTION) or detail["name"]
-            if creator != detail["name"]:
-                print(f"{ended}: left {job['jobName']} {status} in the queue, submitted by execution {creator}")
-                continue
-            try:
-                batch.terminate_service_job(jobId=job["jobId"], reason=ended)
-            except ClientError as error:  # `trainstack stop` terminated it first, or it has just ended
-                if batch.describe_service_job(jobId=job["jobId"])["status"] in ACTIVE:
-                    raise
-                print(f"{ended}: {job['jobName']} had ended ({error.response['Error'].get('Message', '')})")
-                continue
-            terminated.append(job["jobName"])
-            print(f"{ended}: terminated {job['jobName']} ({status} in the queue)")
-    return terminated
+    stops = stop_service_jobs(client("batch"), stack.job_queue_arn, run, stack.name_prefix, detail["name"], ended)
+    for stop in stops:
+        name, status = stop.job["jobName"], stop.job["status"]
+        if stop.outcome == TERMINATED:
+            print(f"{ended}: terminated {name} ({status} in the queue)")
+        elif stop.outcome == HAD_ENDED:
+            print(f"{ended}: {name} had ended")
+        else:
+            print(f"{ended}: left {name} {status} in the queue, submitted by execution {stop.submitted_by}")
+    return [stop.job["jobName"] for stop in stops if stop.outcome == TERMINATED]
 
 
 def _creator(sagemaker: Any, job_arn: str) -> str | None:
