@@ -314,17 +314,25 @@ class JobSpec(_Strict):
         return self.source_dir is None
 
 
-def load_spec(text: str, source: str = "spec") -> JobSpec:
+def load_spec(text: str | bytes, source: str = "spec") -> JobSpec:
     """Parse YAML or JSON text into a JobSpec, or raise SpecError naming each bad field."""
-    import yaml  # only text needs it: Create (and Validate with an inline spec) parse dicts, and never pay its import
+    return parse_spec(spec_data(text, source))
+
+
+def spec_data(text: str | bytes, source: str = "spec") -> dict[str, Any]:
+    """The fields a spec's YAML or JSON text holds, or SpecError in one line naming `source`. Every
+    reader of spec text (the CLI, the Validate step) reads it here, as YAML 1.2 (trainstack/yaml12.py)."""
+    # Imported on the call: Create (and Validate with an inline spec) parse dicts, and never pay PyYAML's import.
+    from trainstack import yaml12
 
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
+        data = yaml12.load(text)
+    except yaml12.YamlError as error:
         raise SpecError([f"{source}: not valid YAML or JSON ({error})"]) from None
     if not isinstance(data, dict):
-        raise SpecError([f"{source}: a job spec is a mapping of fields, got {type(data).__name__}"])
-    return parse_spec(data)
+        got = "nothing" if data is None else type(data).__name__
+        raise SpecError([f"{source}: a job spec is a mapping of fields (name: ..., instance_type: ...), got {got}"])
+    return data
 
 
 def parse_spec(data: dict[str, Any]) -> JobSpec:

@@ -64,7 +64,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
 def _spec_data(trigger: Trigger) -> dict[str, Any]:
     if trigger.inline_spec is not None:
         return trigger.inline_spec
-    import yaml  # only a spec read from S3 is text to parse: an inline spec never pays its import
+    from trainstack.spec import SpecError, spec_data
 
     s3 = client("s3")
     keys = [k for k in (trigger.spec_key, trigger.fallback_spec_key) if k]
@@ -77,12 +77,9 @@ def _spec_data(trigger: Trigger) -> dict[str, Any]:
         except s3.exceptions.NoSuchKey:
             continue
         try:
-            data = yaml.safe_load(body)
-        except yaml.YAMLError as error:
-            raise SpecInvalidError(f"s3://{trigger.spec_bucket}/{key}: not valid YAML or JSON ({error})") from None
-        if not isinstance(data, dict):
-            raise SpecInvalidError(f"s3://{trigger.spec_bucket}/{key}: a job spec is a mapping of fields")
-        return data
+            return spec_data(body, f"s3://{trigger.spec_bucket}/{key}")
+        except SpecError as error:
+            raise SpecInvalidError(error.problems[0]) from None
     raise SpecInvalidError(
         f"no job spec at {', '.join(f's3://{trigger.spec_bucket}/{k}' for k in keys)}; upload one or set the stack's default spec"
     )
