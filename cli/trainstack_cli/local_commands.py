@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from trainstack_cli.operate_command import follow
-from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, CliError, Stack, find_stack
+from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_NO_STACK, EXIT_OK, EXIT_RUN_FAILED, CliError, Stack, find_stack
 from trainstack_cli.views import console as cli_console
 from trainstack_cli.views import duration
 
@@ -20,6 +20,12 @@ TEMPLATE = Path("cdk.out") / "trainstack.template.json"
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainstack_local.prerequisites import namespace_problem
+
+    # Before anything starts (the MLflow server, the twin): what this machine lacks.
+    problem = namespace_problem(args.local_command)
+    if problem:
+        raise CliError(problem, EXIT_NO_STACK)
     from trainstack_local.emulator import ROOT
     from trainstack_local.event_feed import EventFeed
     from trainstack_local.serve import serve

@@ -25,11 +25,12 @@ OUTPUTS_VARIABLE = "TRAINSTACK_OUTPUTS"
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1  # the run (or the plan) did not succeed
 EXIT_BAD_INPUT = 2  # a spec, a file or an argument is wrong
-EXIT_NO_STACK = 3  # the stack cannot be reached: not found, no or wrong credentials, no region
+EXIT_NO_STACK = 3  # the stack cannot be reached: not found, no or wrong credentials, no region; this machine cannot emulate it
 EXIT_UNKNOWN_RUN = 4
 EXIT_CODES = """exit codes: 0 done (a run that succeeded, a plan that fits); 1 the run failed or was stopped, or
 the plan does not fit; 2 bad input (a spec, a file, an argument); 3 the stack cannot be reached (not
-found, no or wrong credentials, no region); 4 no such run, trial or job; 130 interrupted."""
+found, no or wrong credentials, no region; for `local`, this machine cannot run the emulated one); 4 no
+such run, trial or job; 130 interrupted."""
 
 _CREDENTIAL_ERRORS = {
     "InvalidClientTokenId",
