@@ -10,7 +10,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+from trainstack_cli.operate import read_spec
 from trainstack_cli.operate_command import follow
 from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_NO_STACK, EXIT_OK, EXIT_RUN_FAILED, CliError, Stack, find_stack
 from trainstack_cli.views import console as cli_console
@@ -22,7 +24,7 @@ TEMPLATE = Path("cdk.out") / "trainstack.template.json"
 def run(args: argparse.Namespace) -> int:
     from trainstack_local.prerequisites import namespace_problem
 
-    # Before anything starts (the MLflow server, the twin): what this machine lacks.
+    # Before anything starts (the MLflow server, the twin): what this machine lacks, then the files named.
     problem = namespace_problem(args.local_command)
     if problem:
         raise CliError(problem, EXIT_NO_STACK)
@@ -30,10 +32,9 @@ def run(args: argparse.Namespace) -> int:
     from trainstack_local.event_feed import EventFeed
     from trainstack_local.serve import serve
 
-    template_path = args.template or ROOT / TEMPLATE
-    if not template_path.exists():
-        raise CliError(f"{template_path} is missing; run `make synth` first", EXIT_BAD_INPUT)
-    template = json.loads(template_path.read_text())
+    if args.local_command == "run" and args.spec:
+        read_spec(args.spec)  # submit reads it again, on the emulated stack, and checks it against that stack
+    template = _template(args.template or ROOT / TEMPLATE)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="trainstack-local-"))
     console = cli_console()
     if args.local_command == "serve":
@@ -74,6 +75,27 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"  model: {local}")
     console.print(f"  wall time {duration(int(time.monotonic() - started))}; the hosts' /opt/ml are under {workdir}")
     return EXIT_OK if view.status == "SUCCEEDED" else EXIT_RUN_FAILED
+
+
+def _template(path: Path) -> dict[str, Any]:
+    """The synthesized template the emulated stack is made from, or one line naming the fix."""
+    if not path.exists():
+        raise CliError(f"{path} is missing; run `make synth` first", EXIT_BAD_INPUT)
+    try:
+        template = json.loads(path.read_bytes())
+    except OSError as error:
+        raise CliError(
+            f"{path}: cannot read it ({error.strerror}); run `make synth`, or pass its template with --template", EXIT_BAD_INPUT
+        ) from None
+    except ValueError as error:  # not JSON, or not text
+        raise CliError(
+            f"{path}: not JSON ({error}); run `make synth` again, or pass its template with --template", EXIT_BAD_INPUT
+        ) from None
+    if not isinstance(template, dict) or "Resources" not in template:
+        raise CliError(
+            f"{path}: not a CloudFormation template; run `make synth`, or pass its template with --template", EXIT_BAD_INPUT
+        )
+    return template
 
 
 def _copy_model(stack: Stack, uri: str, directory: Path) -> Path:

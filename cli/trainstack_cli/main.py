@@ -30,11 +30,12 @@ from trainstack.preflight import plan_problems, planned, preflight, rule_problem
 from trainstack.request import build_request, validate_request
 from trainstack.rules import SpecRejectedError
 from trainstack.s3uri import count_objects
-from trainstack.spec import SpecError, json_schema, load_spec
-from trainstack.stack_context import DEAD_LETTER_OUTPUT, STOP_FUNCTION_OUTPUT, StackContext, read_outputs_file
+from trainstack.spec import SpecError, json_schema, parse_spec
+from trainstack.stack_context import DEAD_LETTER_OUTPUT, STOP_FUNCTION_OUTPUT, StackContext
+from trainstack_cli.operate import read_spec
 from trainstack_cli.operate_command import operate_command
 from trainstack_cli.redrive import redrive
-from trainstack_cli.stack import EXIT_CODES, OUTPUTS_VARIABLE, STACK_VARIABLE, CliError, find_stack
+from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_CODES, OUTPUTS_VARIABLE, STACK_VARIABLE, CliError, find_stack, read_outputs
 
 PLACEHOLDER = "PLACEHOLDER"
 
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "render":
             command.add_argument("--json", action="store_true", help="print the request as JSON (the default)")
             command.add_argument("--outputs", type=Path, help="cdk deploy --outputs-file JSON with the stack's values")
+            command.add_argument("--stack", help="the stack's name, when the file holds several")
             command.add_argument("--region", default="us-east-1", help="the region the job would run in (its image registry)")
             command.add_argument("--lineage", help="what the job name derives from (default: the spec's path)")
         else:
@@ -170,11 +172,12 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _validate_or_render(args: argparse.Namespace) -> int:
+    _, data = read_spec(args.spec)
+    # With the deployed stack's outputs, also whether the stack has the tracking server the spec names.
+    outputs = getattr(args, "outputs", None)  # render's: validate checks offline
+    known = _outputs_context(outputs, args.stack, args.region) if outputs else None
     try:
-        spec = load_spec(args.spec.read_text(), str(args.spec))
-        # With the deployed stack's outputs, also whether the stack has the tracking server the spec names.
-        outputs = getattr(args, "outputs", None)  # render's: validate checks offline
-        known = StackContext.from_outputs_file(outputs, args.region) if outputs else None
+        spec = parse_spec(data)
         checked = preflight(spec, s3_object_counter() if args.check_s3 else None, args.region, known)
         spec, plan = checked.spec, checked.resolution
     except (SpecError, SpecRejectedError) as error:
@@ -204,20 +207,27 @@ def _validate_or_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _outputs_context(path: Path, stack_name: str | None, region: str) -> StackContext:
+    try:
+        return StackContext.from_outputs(read_outputs(path, stack_name), region)
+    except KeyError as error:  # a value every trainstack stack publishes
+        raise CliError(
+            f"{path}: {error.args[0]}; pass the file `cdk deploy --outputs-file` wrote for a trainstack stack", EXIT_BAD_INPUT
+        ) from None
+
+
 def _plan(path: Path, as_json: bool) -> int:
     """Exit 0 when every option fits within budget, 1 when not, 2 when the spec itself is bad."""
+    _, data = read_spec(path)
     try:
-        spec = load_spec(path.read_text(), str(path))
+        spec = parse_spec(data)
         problems = rule_problems(spec)
         if problems:
             raise SpecRejectedError(problems)
-    except OSError as error:
-        print(f"{path}: cannot read it ({error.strerror})", file=sys.stderr)
-        return 2
     except (SpecError, SpecRejectedError) as error:
         for problem in error.problems:
             print(f"{path}: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     planned_spec, _, plan = planned(spec)
     for name, value in planned_spec.hyperparameters.items():
         if spec.hyperparameters.get(name) != value:  # the plan chose it: say so, as Validate will set it
@@ -237,7 +247,7 @@ def _plan(path: Path, as_json: bool) -> int:
 def _redrive(outputs: Path, stack_name: str | None) -> int:
     import boto3
 
-    values = read_outputs_file(outputs, stack_name)
+    values = read_outputs(outputs, stack_name)
     if DEAD_LETTER_OUTPUT not in values:
         print(f"{outputs}: no {DEAD_LETTER_OUTPUT}; deploy the stack with this version first", file=sys.stderr)
         return 1

@@ -13,8 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from trainstack import yaml12
 from trainstack.layout import JOBS_PREFIX, SOURCES_PREFIX, TRAINING_JOB_LOG_GROUP
 from trainstack.polling import poll_until
 from trainstack.preflight import preflight
@@ -22,7 +21,7 @@ from trainstack.rules import SpecRejectedError
 from trainstack.run_report import mlflow_ui_call
 from trainstack.service_jobs import ACTIVE, QUEUED, training_job_name
 from trainstack.source_archive import write_source_tarball
-from trainstack.spec import SpecError, load_spec
+from trainstack.spec import SpecError, parse_spec, spec_data
 from trainstack.workflow import RUNNING
 from trainstack_cli.runs import (
     STILL_GOING,
@@ -47,11 +46,7 @@ METRIC_LOG_EVENTS = 2000  # the newest lines of a host's log that `status` scans
 # -- submit ---------------------------------------------------------------------------------------
 def submit(stack: Stack, spec_path: Path, source_dir: Path | None = None, inline: bool = False) -> str:
     """Validate the spec here, upload the code it needs, start the run; return the run's name."""
-    try:
-        text = spec_path.read_text()
-    except OSError as error:
-        raise CliError(f"{spec_path}: cannot read it ({error.strerror})", EXIT_BAD_INPUT) from None
-    data = _spec_mapping(text, spec_path)
+    text, data = read_spec(spec_path)
     with tempfile.TemporaryDirectory(prefix="trainstack-source-") as scratch:
         archive = None
         if source_dir is not None:
@@ -70,25 +65,29 @@ def submit(stack: Stack, spec_path: Path, source_dir: Path | None = None, inline
                 )
                 return name
             key = f"{JOBS_PREFIX}{spec_path.name}"
-            body = text if source_dir is None else yaml.safe_dump(data, sort_keys=False)
-            version = stack.client("s3").put_object(Bucket=stack.trigger_bucket, Key=key, Body=body.encode()).get("VersionId")
+            body = text if source_dir is None else yaml12.dump(data).encode()
+            version = stack.client("s3").put_object(Bucket=stack.trigger_bucket, Key=key, Body=body).get("VersionId")
             return _execution_for_upload(stack, f"s3://{stack.trigger_bucket}/{key}#{version}")
 
 
-def _spec_mapping(text: str, path: Path) -> dict[str, Any]:
+def read_spec(path: Path) -> tuple[bytes, dict[str, Any]]:
+    """The spec file's bytes and the fields they hold, or one line naming the file and the fix."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise CliError(f"{path}: not valid YAML or JSON ({str(error).splitlines()[0]})", EXIT_BAD_INPUT) from None
-    if not isinstance(data, dict):
-        raise CliError(f"{path}: a job spec is a mapping of fields", EXIT_BAD_INPUT)
-    return data
+        text = path.read_bytes()
+    except OSError as error:
+        raise CliError(
+            f"{path}: cannot read it ({error.strerror}); give the path of a job spec (YAML or JSON)", EXIT_BAD_INPUT
+        ) from None
+    try:
+        return text, spec_data(text, str(path))
+    except SpecError as error:
+        raise CliError(error.problems[0], EXIT_BAD_INPUT) from None
 
 
 def _validate(data: dict[str, Any], path: Path, region: str) -> None:
     """The Validate step's own checks, before anything is uploaded or billed."""
     try:
-        preflight(load_spec(json.dumps(data), str(path)), None, region)
+        preflight(parse_spec(data), None, region)
     except (SpecError, SpecRejectedError) as error:
         raise CliError("; ".join(f"{path}: {p}" for p in error.problems) + "; nothing was submitted", EXIT_BAD_INPUT) from None
 

@@ -64,7 +64,12 @@ class Stack:
 
     @property
     def context(self) -> StackContext:
-        return StackContext.from_outputs(self.outputs, self.region)
+        try:
+            return StackContext.from_outputs(self.outputs, self.region)
+        except KeyError as error:  # a value every trainstack stack publishes
+            raise CliError(
+                f"stack {self.name}: {error.args[0]}; deploy it with this version of trainstack", EXIT_NO_STACK
+            ) from None
 
     def output(self, name: str) -> str:
         if name not in self.outputs:
@@ -99,14 +104,7 @@ def find_stack(name: str | None, outputs: Path | None, profile: str | None, regi
     if session.region_name is None:
         raise CliError("no AWS region: pass --region or set AWS_REGION", EXIT_NO_STACK)
     if outputs is not None:
-        try:
-            values = read_outputs_file(outputs, name)
-        except OSError as error:
-            raise CliError(
-                f"{outputs}: cannot read it ({error.strerror}); pass the file `cdk deploy --outputs-file` wrote", EXIT_BAD_INPUT
-            ) from None
-        except (ValueError, KeyError) as error:
-            raise CliError(f"{outputs}: {error}", EXIT_BAD_INPUT) from None
+        values = read_outputs(outputs, name)
         return Stack(name or next(iter(json.loads(outputs.read_text()))), values, session)
     if name is None:
         raise CliError(f"which stack? pass --stack NAME or --outputs cdk-outputs.json (or set {STACK_VARIABLE})", EXIT_NO_STACK)
@@ -114,6 +112,18 @@ def find_stack(name: str | None, outputs: Path | None, profile: str | None, regi
         stacks = session.client("cloudformation").describe_stacks(StackName=name)["Stacks"]
     values = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
     return Stack(name, values, session)
+
+
+def read_outputs(path: Path, stack_name: str | None) -> dict[str, str]:
+    """One stack's outputs from the file `cdk deploy --outputs-file` wrote, or one line naming the file and the fix."""
+    try:
+        return read_outputs_file(path, stack_name)
+    except OSError as error:
+        raise CliError(
+            f"{path}: cannot read it ({error.strerror}); pass the file `cdk deploy --outputs-file` wrote", EXIT_BAD_INPUT
+        ) from None
+    except ValueError as error:
+        raise CliError(str(error), EXIT_BAD_INPUT) from None
 
 
 @contextmanager

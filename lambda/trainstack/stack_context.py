@@ -36,6 +36,9 @@ class StackContext:
     queue_shares: tuple[str, ...] = ()  # its fair-share identifiers (the teams)
     queue_default_share: str = ""  # a spec's share when it names none
     queue_max_instances: int = 0  # the service environment's cap, in instances
+    # The project image (training/Dockerfile built on the region's newest PyTorch training image) that
+    # `image: project` names; "" for a stack without one (-c build_training_image=true builds it).
+    project_image_uri: str = ""
 
     def to_outputs(self) -> dict[str, str]:
         """CloudFormation output name -> value (values may be CDK tokens at synth time)."""
@@ -122,6 +125,7 @@ FIELDS = (
     _Field("queue_shares", "QueueShares", "QUEUE_SHARES", kind="list", required=False),
     _Field("queue_default_share", "QueueDefaultShare", "QUEUE_DEFAULT_SHARE", required=False),
     _Field("queue_max_instances", "QueueMaxInstances", "QUEUE_MAX_INSTANCES", kind="int", required=False),
+    _Field("project_image_uri", "TrainingImageUri", "PROJECT_IMAGE_URI", required=False),
 )
 
 
@@ -132,8 +136,21 @@ STOP_FUNCTION_OUTPUT = "StopFunctionArn"
 
 
 def read_outputs_file(path: Path, stack_name: str | None = None) -> dict[str, str]:
-    """One stack's outputs from the file `cdk deploy --outputs-file` writes: {stack name: {output: value}}."""
-    stacks = json.loads(path.read_text())
+    """One stack's outputs from the file `cdk deploy --outputs-file` writes: {stack name: {output: value}}.
+    OSError where the file cannot be read; ValueError, naming the file and the fix, where it holds no such outputs."""
+    fix = "pass the file `cdk deploy --outputs-file` wrote"
+    try:
+        stacks = json.loads(path.read_bytes())
+    except ValueError as error:  # not JSON, or not text
+        raise ValueError(f"{path}: not JSON ({error}); {fix}") from None
+    if not (isinstance(stacks, dict) and stacks and all(_outputs(values) for values in stacks.values())):
+        raise ValueError(f"{path}: not the outputs of a stack ({{stack name: {{output name: value}}}}); {fix}")
     if stack_name is None and len(stacks) != 1:
-        raise ValueError(f"{path} holds the outputs of {', '.join(sorted(stacks))}; name the stack")
+        raise ValueError(f"{path} holds the outputs of {', '.join(sorted(stacks))}; name the stack (--stack)")
+    if stack_name is not None and stack_name not in stacks:
+        raise ValueError(f"{path} holds no stack {stack_name}, only {', '.join(sorted(stacks))}; name one of them (--stack)")
     return stacks[stack_name] if stack_name else next(iter(stacks.values()))
+
+
+def _outputs(values: object) -> bool:
+    return isinstance(values, dict) and all(isinstance(value, str) for value in values.values())
