@@ -45,7 +45,7 @@ METRIC_LOG_EVENTS = 2000  # the newest lines of a host's log that `status` scans
 
 # -- submit ---------------------------------------------------------------------------------------
 def submit(stack: Stack, spec_path: Path, source_dir: Path | None = None, inline: bool = False) -> str:
-    """Validate the spec here, upload the code it needs, start the run; return the run's name."""
+    """Validate the spec here, against the stack, upload the code it needs, start the run; return the run's name."""
     text, data = read_spec(spec_path)
     with tempfile.TemporaryDirectory(prefix="trainstack-source-") as scratch:
         archive = None
@@ -53,7 +53,7 @@ def submit(stack: Stack, spec_path: Path, source_dir: Path | None = None, inline
             archive = _pack(source_dir, Path(scratch))
             digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
             data["source_dir"] = f"s3://{stack.context.artifacts_bucket}/{SOURCES_PREFIX}{digest}/sourcedir.tar.gz"
-        _validate(data, spec_path, stack.region)
+        _validate(data, spec_path, stack)
         with aws_errors(f"stack {stack.name}"):
             if archive is not None:
                 bucket, _, key = data["source_dir"].removeprefix("s3://").partition("/")
@@ -84,10 +84,11 @@ def read_spec(path: Path) -> tuple[bytes, dict[str, Any]]:
         raise CliError(error.problems[0], EXIT_BAD_INPUT) from None
 
 
-def _validate(data: dict[str, Any], path: Path, region: str) -> None:
-    """The Validate step's own checks, before anything is uploaded or billed."""
+def _validate(data: dict[str, Any], path: Path, stack: Stack) -> None:
+    """The Validate step's own checks, with the stack's values (its tracking server, its team queue),
+    before anything is uploaded or billed."""
     try:
-        preflight(parse_spec(data), None, region)
+        preflight(parse_spec(data), None, stack.region, stack.context)
     except (SpecError, SpecRejectedError) as error:
         raise CliError("; ".join(f"{path}: {p}" for p in error.problems) + "; nothing was submitted", EXIT_BAD_INPUT) from None
 
