@@ -7,9 +7,11 @@ import io
 import math
 
 import pytest
+import yaml
 from botocore.response import StreamingBody
 
 from tests.core.stubbed import ENVIRONMENT, stubbed_clients
+from trainstack import yaml12
 from trainstack.handlers import validate
 from trainstack.spec import SpecError, load_spec
 
@@ -96,3 +98,12 @@ def test_the_validate_step_reads_an_uploaded_spec_as_yaml_1_2(monkeypatch):
         result = validate.handler({"input": trigger, "execution": "e"})
 
     assert result["spec"]["restarts"]["on"] == ["unknown"]
+
+
+def test_a_spec_the_cli_writes_back_reads_the_same_in_yaml_1_2_and_in_1_1():
+    # `submit --source` writes the spec again with its source_dir; a stack deployed before this reads 1.1.
+    data = {"name": "x", "hyperparameters": {"lr": "1e3", "flag": "on", "code": "017", "day": "2026-01-01", "n": None}}
+
+    text = yaml12.dump({**data, "restarts": {"on": ["unknown"]}})
+
+    assert yaml12.load(text) == yaml.safe_load(text) == {**data, "restarts": {"on": ["unknown"]}}
