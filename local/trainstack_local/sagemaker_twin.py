@@ -69,6 +69,7 @@ CAPACITY_FAILURE = f"{CAPACITY_FAILURE_MARKERS[0]}: Unable to provision requeste
 SUBMIT_DIRECTORY = "sagemaker_submit_directory"
 # The sagemaker-mlflow plugin's override of the endpoint that a tracking server's ARN resolves to.
 MLFLOW_ENDPOINT_OVERRIDE = "SAGEMAKER_MLFLOW_CUSTOM_ENDPOINT"
+TWIN_ERROR_FILE = "twin-error.txt"  # in the job's folder: the trace of an error of the twin's own that failed it
 
 
 @dataclass(frozen=True)
@@ -205,13 +206,35 @@ class JobRun:
                 self._status("InProgress", "Interrupted", "Job interrupted: spot capacity was reclaimed")
                 time.sleep(self.twin.settings.spot_capacity_wait_seconds)
                 self._status("InProgress", "Starting", "Launching requested ML instances after a spot interruption")
-        except Exception as error:  # the service fails the job, as SageMaker would; the trace is kept for tests
-            (self.root / "twin-error.txt").write_text(traceback.format_exc())
-            self.job.failure_reason = f"trainstack twin: {type(error).__name__}: {error}"[:1024]
-            self._end("Failed", "Failed", self.job.failure_reason)
+        except Exception as error:  # the twin's own error: SageMaker fails such a job (an image it cannot pull) with a reason
+            self._fail(error)
         finally:
             for attempt in self.attempts:
-                self._teardown(attempt)
+                try:
+                    self._teardown(attempt)
+                except Exception:  # the job has ended: what is left of it must not end the thread with a traceback
+                    self._keep_trace()
+
+    def _fail(self, error: Exception) -> None:
+        """End the job Failed with one line of reason and keep the trace in the job's folder. It never
+        raises: a job thread that died would leave the job InProgress for good, and its execution
+        polling it until its deadline."""
+        self._keep_trace()
+        self.job.failure_reason = " ".join(f"trainstack twin: {type(error).__name__}: {error}".split())[:1024]
+        try:
+            self._end("Failed", "Failed", self.job.failure_reason)
+        except Exception:  # whatever else the end met, the job's status says it ended
+            self._keep_trace()
+            self.job.training_job_status = self.job.secondary_status = "Failed"
+
+    def _keep_trace(self) -> None:
+        """The exception being handled, appended to TWIN_ERROR_FILE for debugging; the folder may not
+        exist yet (the job failed before its first host was prepared), and a trace that cannot be
+        written is lost rather than raised."""
+        with contextlib.suppress(OSError):
+            self.root.mkdir(parents=True, exist_ok=True)
+            with (self.root / TWIN_ERROR_FILE).open("a") as trace:
+                trace.write(traceback.format_exc())
 
     def _start_attempt(self) -> _Attempt:
         attempt = _Attempt(len(self.attempts), self.root / f"attempt-{len(self.attempts)}")

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from trainstack import facts
+from trainstack_local import runtimes
 from trainstack_local.pipeline import DEFAULT_JOB
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -20,9 +24,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 TRAINSTACK = Path(sys.executable).parent / "trainstack"
 
 
-def local_run(template: Path, tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess:
+def local_run(template: Path, tmp_path: Path, *arguments: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     command = [str(TRAINSTACK), "local", "run", *arguments, "--template", str(template), "--output-dir", str(tmp_path / "out")]
-    return subprocess.run(command, capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path)
+    return subprocess.run(command, capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -57,3 +61,27 @@ def test_a_failing_run_ends_with_its_reason_and_no_emulator_internals(template, 
     assert re.search(r"^run \S+: FAILED \(.*/no/such/data", result.stdout, re.MULTILINE), result.stdout[-2000:]
     assert "FailureEventException" not in result.stderr and "Stepfunctions computation" not in result.stderr
     assert result.stderr == ""
+
+
+def test_a_job_whose_images_python_this_machine_lacks_fails_the_run_promptly_naming_the_fix(template, tmp_path):
+    python = facts.image_version("dlc", facts.versions("dlc")[-1]).runtime.python  # the default job's image's
+    # As on a machine without that Python: HOME elsewhere (no ~/.pyenv) and, on PATH, only pyenv's shim
+    # for it, which exits 127 where another version is selected, beside the tools the twin runs.
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    shim = tools / f"python{python}"
+    shim.write_text(f"#!/bin/sh\necho 'pyenv: python{python}: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    for tool in ("ip", "unshare"):
+        (tools / tool).symlink_to(shutil.which(tool))
+    env = {k: v for k, v in os.environ.items() if k != "PYENV_ROOT"}
+    env.update(HOME=str(tmp_path / "home"), PATH=str(tools), TRAINSTACK_RUNTIME_CACHE=str(runtimes.cache_dir()))
+
+    started = time.monotonic()
+    result = local_run(template, tmp_path, env=env)
+
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    (cause,) = re.findall(r"^run \S+: FAILED \((.*)\)$", result.stdout, re.MULTILINE)
+    assert f"no Python {python} on this machine" in cause and f"`pyenv install {python}`" in cause
+    assert result.stderr == ""  # no traceback from the twin's job thread
+    assert time.monotonic() - started < 120  # ended by the twin, not by the execution's deadline
