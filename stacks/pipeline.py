@@ -56,6 +56,7 @@ class JobDefaults:
     inter_container_encryption: bool = False
     mlflow_tracking_server_arn: str = ""  # the tracking server (or MLflow App) jobs may log to; "" for none
     queue: TeamQueue | None = None  # the team queue specs with `queue` are submitted to; None for none
+    project_image_uri: str = ""  # the project image `image: project` names; "" for none
 
     def context(self, region: str, name_prefix: str) -> StackContext:
         """The StackContext these constructs give jobs (tokens until deploy)."""
@@ -71,6 +72,7 @@ class JobDefaults:
             inter_container_encryption=self.inter_container_encryption,
             name_prefix=name_prefix,
             mlflow_tracking_server_arn=self.mlflow_tracking_server_arn,
+            project_image_uri=self.project_image_uri,
         )
         if self.queue is None:
             return context

@@ -110,6 +110,7 @@ class TrainingStack(Stack):
                 inter_container_encryption=settings.inter_container_encryption,
                 mlflow_tracking_server_arn=settings.mlflow_tracking_server_arn or "",
                 queue=self.queue,
+                project_image_uri=self.image.asset.image_uri if self.image else "",
             ),
             topic=self.monitoring.topic,
             log_retention_days=settings.log_retention_days,
@@ -129,8 +130,6 @@ class TrainingStack(Stack):
             DEAD_LETTER_OUTPUT: self.pipeline.dead_letters.queue_url,  # what `trainstack redrive` reads
             STOP_FUNCTION_OUTPUT: self.pipeline.functions["stop"].function_arn,
         }
-        if self.image:
-            outputs["TrainingImageUri"] = self.image.asset.image_uri
         for name, value in outputs.items():
             CfnOutput(self, name, value=value)
 

@@ -91,8 +91,8 @@ def _runtime_problems(spec: JobSpec, resolution: Resolution, model: str) -> list
                     "hyperparameters.model" if need.what.startswith("model") else "image",
                     model,
                     f"{need.why}; the {images.repository(kind)} image for PyTorch {version} has none",
-                    "build the project image with `make image SPEC=<this spec>` (it installs the pinned transformers) "
-                    "and set image to its URI",
+                    "write `image: project`: the stack's project image installs the pinned transformers "
+                    "(`-c build_training_image=true`; the local twin's stack has it)",
                 )
             )
         elif not meets(runtime.torch, need):

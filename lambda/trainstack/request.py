@@ -15,7 +15,7 @@ from trainstack.identity import Trial
 from trainstack.instances import CATALOG, efa_environment
 from trainstack.launchers import launcher_hyperparameters
 from trainstack.layout import MODELS_PREFIX, TENSORBOARD_PREFIX
-from trainstack.spec import STACK_TRACKING_SERVER, JobSpec
+from trainstack.spec import PROJECT_IMAGE, STACK_TRACKING_SERVER, JobSpec
 from trainstack.stack_context import StackContext
 from trainstack_contract.job_names import TRAINING_JOB_NAME_PATTERN
 from trainstack_contract.metric_lines import metric_definitions
@@ -77,11 +77,14 @@ def tracking_environment(server_arn: str, experiment: str) -> dict[str, str]:
     return dict(zip(TRACKING_VARIABLES, (server_arn, experiment, "true", "true"), strict=True))
 
 
-def image_uri(spec: JobSpec, resolution: Resolution, region: str) -> str:
+def image_uri(spec: JobSpec, resolution: Resolution, stack: StackContext) -> str:
+    """The spec's own image (`project`: the stack's project image), else the framework image."""
+    if spec.image == PROJECT_IMAGE:
+        return stack.project_image_uri
     if spec.image:
         return spec.image
     return images.image_uri(
-        resolution.image_kind, resolution.framework_version, resolution.py_version, region, resolution.instance
+        resolution.image_kind, resolution.framework_version, resolution.py_version, stack.region, resolution.instance
     )
 
 
@@ -150,7 +153,7 @@ def build_request(
     request: dict[str, Any] = {
         "TrainingJobName": job_name,
         "AlgorithmSpecification": {
-            "TrainingImage": image_uri(spec, resolution, stack.region),
+            "TrainingImage": image_uri(spec, resolution, stack),
             "TrainingInputMode": "File",
             "MetricDefinitions": metric_definitions(),
             "EnableSageMakerMetricsTimeSeries": True,

@@ -142,6 +142,9 @@ class Restarts(_Strict):
 
 # `tracking.mlflow: stack`: the tracking server the stack was deployed with (-c mlflow_tracking_server_arn).
 STACK_TRACKING_SERVER = "stack"
+# `image: project`: the stack's project image (training/Dockerfile on the region's newest PyTorch
+# training image, `-c build_training_image=true`), whose URI the stack knows and the spec need not.
+PROJECT_IMAGE = "project"
 
 
 class Tracking(_Strict):
@@ -196,7 +199,9 @@ class JobSpec(_Strict):
         default=None, description='PyTorch version or the SDK\'s alias ("2.1"); default: the newest the strategy supports'
     )
     py_version: str | None = Field(default=None, description="default: the Python the framework image is built with")
-    image: str | None = Field(default=None, description="a full image URI instead of the framework image")
+    image: str | None = Field(
+        default=None, description="a full image URI instead of the framework image, or `project`: the stack's project image"
+    )
     instance_type: str = Field(default="", description="the instance type; or give instance_types")
     instance_types: list[str] | None = Field(
         default=None,

@@ -28,7 +28,7 @@ from trainstack_local.batch_twin import BatchTwin
 from trainstack_local.bridges import ApiFaults, moto_bridges
 from trainstack_local.definition import function_logical_ids, render_definition
 from trainstack_local.event_feed import EventFeed
-from trainstack_local.registry import ImageRegistry
+from trainstack_local.registry import ImageRegistry, project_image, project_image_uri
 from trainstack_local.sagemaker_twin import SageMakerTwin, TwinSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +44,8 @@ LOCAL_ENVIRONMENT = {
     "AWS_EC2_METADATA_DISABLED": "true",
 }
 DEAD_LETTER_QUEUE = "trainstack-local-dead-letters"
+PROJECT_DOCKERFILE = TRAINING / "Dockerfile"
+PROJECT_IMAGE_URI = project_image_uri(PROJECT_DOCKERFILE, REGION, ACCOUNT)
 PSEUDO = {"AWS::Partition": "aws", "AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::URLSuffix": "amazonaws.com"}
 # The team queue's resources, in the order they depend on each other: (type, Batch action, its ARN's
 # key in the answer, the property that names it; CloudFormation names one after its logical id otherwise).
@@ -112,7 +114,11 @@ def local_aws(
     # evaluation state (tens of kilobytes, "Exception=FailureEventException ..."): emulator
     # internals, not what a user of the stack sees; the run's status and cause say what failed.
     logging.getLogger(MOTO_INTERPRETER_LOGGER).setLevel(logging.CRITICAL)
-    twin = SageMakerTwin(workdir, images or ImageRegistry(), region=REGION, settings=settings, feed=feed)
+    images = images or ImageRegistry()
+    # The stack's project image, as `make image` (or -c build_training_image=true) builds it on AWS: what
+    # a user can run there (`image: project`: `hf:` models, MLflow tracking) runs here.
+    images.register(PROJECT_IMAGE_URI, project_image(PROJECT_DOCKERFILE))
+    twin = SageMakerTwin(workdir, images, region=REGION, settings=settings, feed=feed)
     batch = BatchTwin(twin, region=REGION, account=ACCOUNT)
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),
@@ -158,6 +164,7 @@ def _create_resources(
         source_s3_uri=f"s3://{stack.assets_bucket}/{source_key}",
         entry_s3_uri=f"s3://{stack.assets_bucket}/{entry_key}",
         mlflow_tracking_server_arn=mlflow_tracking_server_arn,
+        project_image_uri=PROJECT_IMAGE_URI,
         **_create_queue(template),
     ).to_outputs()
     environment = lambda_variables(

@@ -10,6 +10,7 @@ twin provides as an environment of its own (runtimes.py) when a job on it starts
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -81,6 +82,14 @@ def project_image(dockerfile: Path) -> TwinImage:
     entry = base.entry if entrypoint is None else (*(copies.get(part, part) for part in entrypoint), "train")
     # SageMaker runs a training image with the argument `train`, appended to its ENTRYPOINT.
     return TwinImage(entry, base.runtime, tuple(packages), environment, base.programs)
+
+
+def project_image_uri(dockerfile: Path, region: str, account: str) -> str:
+    """Where the stack's project image lives, as CDK names a DockerImageAsset it publishes: the
+    bootstrap's container-assets repository, tagged with a hash of what the image is built from."""
+    built_from = dockerfile.read_bytes() + "\n".join(project_image(dockerfile).extra_packages).encode()
+    digest = hashlib.sha256(built_from).hexdigest()
+    return f"{account}.dkr.ecr.{region}.amazonaws.com/cdk-hnb659fds-container-assets-{account}-{region}:{digest}"
 
 
 def _requirements(path: Path) -> list[str]:

@@ -148,10 +148,11 @@ def test_a_hugging_face_model_on_a_framework_image_is_refused_naming_the_project
     found = problems(hyperparameters=hyperparameters, framework_version=None)
     assert found == [
         'hyperparameters.model = "hf:hf_configs/llama-tiny": no framework image installs transformers 5, the release the '
-        "script is written for; the pytorch-training image for PyTorch 2.10.0 has none; build the project image with "
-        "`make image SPEC=<this spec>` (it installs the pinned transformers) and set image to its URI"
+        "script is written for; the pytorch-training image for PyTorch 2.10.0 has none; write `image: project`: the "
+        "stack's project image installs the pinned transformers (`-c build_training_image=true`; the local twin's stack has it)"
     ]
     assert problems(hyperparameters=hyperparameters, image=PROJECT_IMAGE) == []
+    assert problems(hyperparameters=hyperparameters, image="project") == []
 
 
 def test_an_smp_image_with_its_own_transformers_4_does_not_satisfy_the_hugging_face_model():

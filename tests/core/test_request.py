@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from tests.core.specs import DDP, SMP, SPECS, STACK
 from trainstack.identity import Run
 from trainstack.request import TRAINSTACK_HYPERPARAMETERS, InvalidRequestError, build_request, validate_request
-from trainstack.rules import check_or_raise
+from trainstack.rules import SpecRejectedError, check_or_raise
 from trainstack.spec import parse_spec
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -151,6 +152,23 @@ def test_a_users_own_image_keeps_its_own_entry():
     request = build("ddp", {**DDP, "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/mine:1"})
     assert "ContainerEntrypoint" not in request["AlgorithmSpecification"]
     assert all(c["ChannelName"] != "trainstack_entry" for c in request["InputDataConfig"])
+
+
+def test_image_project_is_the_stacks_project_image_with_its_own_entry():
+    built = "123456789012.dkr.ecr.us-east-1.amazonaws.com/cdk-hnb659fds-container-assets-123456789012-us-east-1:0a1b"
+    spec = parse_spec({**DDP, "image": "project"})
+    stack = dataclasses.replace(STACK, project_image_uri=built)
+    request = build_request(spec, check_or_raise(spec, lambda uri: 64, stack=stack), stack, trial=Run("s3://b/k#v").trial())
+    assert request["AlgorithmSpecification"]["TrainingImage"] == built
+    assert "ContainerEntrypoint" not in request["AlgorithmSpecification"]
+
+
+def test_image_project_on_a_stack_without_a_project_image_is_refused_naming_the_setting():
+    with pytest.raises(
+        SpecRejectedError,
+        match=r"image = \"project\": the stack has no project image; deploy it with .*build_training_image=true",
+    ):
+        check_or_raise(parse_spec({**DDP, "image": "project"}), lambda uri: 64, stack=STACK)
 
 
 def test_profiler_is_disabled_unless_asked_and_retries_and_trials_pass_through():

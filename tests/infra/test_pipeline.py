@@ -205,7 +205,14 @@ def test_create_may_pass_only_the_execution_role_and_only_to_sagemaker(default_s
 
 
 # The tracking server's value exists only in a stack deployed with one (tests/infra/test_tracking_stack.py).
-UNSET_BY_DEFAULT = {"mlflow_tracking_server_arn", "job_queue_arn", "queue_shares", "queue_default_share", "queue_max_instances"}
+UNSET_BY_DEFAULT = {
+    "mlflow_tracking_server_arn",
+    "job_queue_arn",
+    "queue_shares",
+    "queue_default_share",
+    "queue_max_instances",
+    "project_image_uri",
+}
 
 
 def test_the_stack_outputs_every_value_a_job_context_is_read_back_from(default_stack):

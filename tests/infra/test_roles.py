@@ -143,3 +143,13 @@ def test_built_image_setting_grants_pull_on_the_project_image_repository():
     pulls = [s for s in statements if "ecr:BatchGetImage" in _as_list(s["Action"])]
     assert any("container-assets" in str(s["Resource"]) for s in pulls)
     assert "TrainingImageUri" in stack.json["Outputs"]
+
+
+def test_built_image_is_what_image_project_names_in_every_functions_environment():
+    from tests.synth import ALL_OPTIONS, synthesize
+
+    stack = synthesize(**ALL_OPTIONS, build_training_image=True)
+    published = stack.json["Outputs"]["TrainingImageUri"]["Value"]
+    for function in stack.resources("AWS::Lambda::Function").values():
+        if function["Properties"].get("Handler", "").startswith("trainstack.handlers."):
+            assert function["Properties"]["Environment"]["Variables"]["PROJECT_IMAGE_URI"] == published

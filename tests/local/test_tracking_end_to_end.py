@@ -12,7 +12,6 @@ import boto3
 import pytest
 
 from tests.local.twin_runs import (
-    PROJECT_IMAGE,
     description,
     job_name,
     job_run,
@@ -22,21 +21,13 @@ from tests.local.twin_runs import (
     wait_for_step,
 )
 from trainstack_contract import tracking as contract
-from trainstack_local.emulator import REGION, TRAINING
+from trainstack_local.emulator import REGION
 from trainstack_local.hosts import SERVICE_ADDRESS
 from trainstack_local.pipeline import finish
-from trainstack_local.registry import project_image
 
 mlflow = pytest.importorskip("mlflow")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 CPU = "ml.m5.xlarge"  # one process per host
-
-
-@pytest.fixture(scope="module")
-def twin(tracked_twin):
-    stack, twin, server = tracked_twin
-    twin.images.register(PROJECT_IMAGE, project_image(TRAINING / "Dockerfile"))
-    return stack, twin, server
 
 
 def spec(name: str, experiment: str, *, hosts: int = 1, **hyperparameters: object) -> dict:
@@ -46,7 +37,7 @@ def spec(name: str, experiment: str, *, hosts: int = 1, **hyperparameters: objec
         "instance_count": hosts,
         "strategy": "ddp",
         "framework_version": "2.10.0",
-        "image": PROJECT_IMAGE,
+        "image": "project",  # the stack's project image: it has the MLflow client and plugin
         "hyperparameters": {"model": "gpt-tiny", "max_steps": 6, "log_every": 2, "checkpoint_every": 3, **hyperparameters},
         "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
         "max_runtime": "1h",
@@ -65,8 +56,8 @@ def steps(server, run, key: str = "loss") -> list[int]:
     return [metric.step for metric in mlflow.MlflowClient(tracking_uri=server.url).get_metric_history(run.info.run_id, key)]
 
 
-def test_a_two_trial_sweep_on_two_hosts_leaves_one_run_per_trial_with_config_loss_curve_and_model(twin):
-    stack, _, server = twin
+def test_a_two_trial_sweep_on_two_hosts_leaves_one_run_per_trial_with_config_loss_curve_and_model(tracked_twin):
+    stack, _, server = tracked_twin
     job = {**spec("tracked-sweep", "sweep", hosts=2), "sweep": {"max_concurrency": 2, "grid": {"lr": [0.001, 0.002]}}}
     assert finish(start_inline(stack, job, "tracked-sweep"), timeout=600).status == "SUCCEEDED"
 
@@ -85,8 +76,8 @@ def test_a_two_trial_sweep_on_two_hosts_leaves_one_run_per_trial_with_config_los
     assert {run.data.params["lr"] for run in found.values()} == {"0.001", "0.002"}
 
 
-def test_a_stopped_and_resumed_run_continues_its_loss_curve_from_the_resumed_step(twin):
-    stack, twin_, server = twin
+def test_a_stopped_and_resumed_run_continues_its_loss_curve_from_the_resumed_step(tracked_twin):
+    stack, twin_, server = tracked_twin
     job = spec("tracked-stop", "resume", max_steps=1_000_000, log_every=1, checkpoint_every=1_000_000)  # ends only when stopped
     first = start_inline(stack, job, "tracked-stop-1", lineage="tracked-stop")
     stopped = job_run(twin_, job_name(stack, job, "tracked-stop-1", lineage="tracked-stop"))
@@ -108,8 +99,8 @@ def test_a_stopped_and_resumed_run_continues_its_loss_curve_from_the_resumed_ste
     assert after.data.tags[contract.SEGMENT_TAG] and not before.data.tags[contract.SEGMENT_TAG]
 
 
-def test_with_the_tracking_server_down_the_job_completes_and_its_log_says_why_nothing_was_tracked(twin):
-    stack, twin_, server = twin
+def test_with_the_tracking_server_down_the_job_completes_and_its_log_says_why_nothing_was_tracked(tracked_twin):
+    stack, twin_, server = tracked_twin
     with socket.socket() as probe:  # a port on the service address where nothing listens
         probe.bind((SERVICE_ADDRESS, 0))
         down = dataclasses.replace(server, url=f"http://{SERVICE_ADDRESS}:{probe.getsockname()[1]}")

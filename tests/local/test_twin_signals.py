@@ -13,14 +13,13 @@ import dataclasses
 import boto3
 import pytest
 
-from tests.local.twin_runs import PROJECT_IMAGE, checkpoint_keys, job_run, printed_steps, wait_for_status, wait_for_step
+from tests.local.twin_runs import checkpoint_keys, job_run, printed_steps, wait_for_status, wait_for_step
 from trainstack.identity import Run
 from trainstack.request import build_request
 from trainstack.rules import check_or_raise
 from trainstack.spec import parse_spec
-from trainstack_local.emulator import REGION, TRAINING, local_aws, training_files
+from trainstack_local.emulator import REGION, local_aws, training_files
 from trainstack_local.pipeline import upload_sample_data
-from trainstack_local.registry import project_image
 from trainstack_local.sagemaker_twin import TwinSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -32,7 +31,6 @@ def twin_stack(default_stack, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("signals")
     settings = TwinSettings(stop_grace_seconds=GRACE_SECONDS)
     with local_aws(default_stack.json, workdir, files=training_files(workdir), settings=settings) as (stack, twin):
-        twin.images.register(PROJECT_IMAGE, project_image(TRAINING / "Dockerfile"))
         upload_sample_data(stack)
         yield stack, twin
 
@@ -50,7 +48,7 @@ def _create(stack, name: str, *, entry: bool, image: str | None = None) -> str:
     }
     spec = parse_spec(raw)
     context = stack.context if entry else dataclasses.replace(stack.context, entry_s3_uri="")
-    request = build_request(spec, check_or_raise(spec), context, trial=Run(f"signals:{name}").trial())
+    request = build_request(spec, check_or_raise(spec, stack=context), context, trial=Run(f"signals:{name}").trial())
     boto3.client("sagemaker", region_name=REGION).create_training_job(**request)
     return request["TrainingJobName"]
 
@@ -75,7 +73,7 @@ def test_without_the_container_entry_a_stop_never_reaches_the_script_and_nothing
     assert not any(key.endswith("manifest.json") for key in checkpoint_keys(name))
 
 
-@pytest.mark.parametrize(("entry", "image"), [(True, None), (False, PROJECT_IMAGE)], ids=["framework-image", "project-image"])
+@pytest.mark.parametrize(("entry", "image"), [(True, None), (False, "project")], ids=["framework-image", "project-image"])
 def test_with_the_container_entry_a_stop_saves_the_current_step_and_ends_the_job_stopped(twin_stack, entry, image):
     stack, twin = twin_stack
     name = _create(stack, "entry" if entry else "project-image", entry=entry, image=image)

@@ -16,10 +16,6 @@ from trainstack.s3uri import split_s3_uri
 from trainstack_local.emulator import REGION, LocalStack
 from trainstack_local.sagemaker_twin import JobRun, SageMakerTwin
 
-# The project image (training/Dockerfile: a framework image plus image-requirements.txt), as a twin
-# registry serves it once registered (`twin.images.register(PROJECT_IMAGE, project_image(...))`).
-PROJECT_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainstack-training:local"
-
 
 def start_inline(stack: LocalStack, spec: dict[str, Any], name: str, *, lineage: str | None = None, resume: bool = False) -> str:
     """StartExecution with the spec inline; returns the execution ARN."""

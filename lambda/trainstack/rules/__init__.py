@@ -67,6 +67,7 @@ def checked(
     problems += api_limits.environment_problems(spec)
     problems += api_limits.channel_name_problems(spec)
     problems += tracking.tracking_problems(spec, stack, region)
+    problems += frameworks.project_image_problems(spec, stack)
     problems += queue.queue_problems(spec, stack)
     if region is not None:
         problems += frameworks.image_in_region_problems(spec, resolution, region)

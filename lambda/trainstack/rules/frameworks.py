@@ -9,7 +9,8 @@ from trainstack.facts import ImageUnavailableError
 from trainstack.images import MPI, SMDATAPARALLEL, TORCH_DISTRIBUTED
 from trainstack.rules.problems import Problem
 from trainstack.rules.resolution import Resolution
-from trainstack.spec import JobSpec
+from trainstack.spec import PROJECT_IMAGE, JobSpec
+from trainstack.stack_context import StackContext
 
 
 def strategy_problems(spec: JobSpec, resolution: Resolution) -> list[Problem]:
@@ -131,3 +132,19 @@ def image_in_region_problems(spec: JobSpec, resolution: Resolution, region: str)
             )
         return [Problem("region", region, error.reason, fix)]
     return []
+
+
+def project_image_problems(spec: JobSpec, stack: StackContext | None) -> list[Problem]:
+    """`image: project` needs a stack with the project image (the offline CLI, knowing no stack,
+    leaves the question to Validate)."""
+    if spec.image != PROJECT_IMAGE or stack is None or stack.project_image_uri:
+        return []
+    return [
+        Problem(
+            "image",
+            PROJECT_IMAGE,
+            "the stack has no project image",
+            "deploy it with `cdk deploy -c build_training_image=true -c region=<region>` (the local twin's stack has it), "
+            "or give the image's URI",
+        )
+    ]
