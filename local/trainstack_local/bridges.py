@@ -22,7 +22,8 @@ duration of `moto_bridges()` only:
   the real API does, keeps the request's Environment and MlflowConfig (moto drops both; Describe
   returns them, and the MlflowDetails the twin finds once the job ends) and MetricDefinitions (moto
   replaces them with a sample's) and hands the job to the
-  twin; StopTrainingJob (moto has none) asks the twin to stop it.
+  twin; StopTrainingJob (moto has none) asks the twin to stop it; CreatePresignedMlflowTrackingServerUrl
+  (moto has none) answers the twin's MLflow server's URL for its name, ResourceNotFound otherwise.
 - Batch: moto has no service jobs and cannot create a SAGEMAKER_TRAINING job queue; the service
   environment and service job actions (`/v1/<action>` paths and their BatchResponse methods), and
   CreateJobQueue / DescribeJobQueues for that queue type, go to the Batch twin (batch_twin.py), which
@@ -144,7 +145,7 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
     from moto.batch.responses import BatchResponse
     from moto.core.responses import ActionResult, BaseResponse, EmptyResult
     from moto.events.models import Rule, events_backends
-    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.exceptions import ResourceNotFound, ValidationError
     from moto.sagemaker.responses import SageMakerResponse
     from moto.stepfunctions.models import StepFunctionBackend
     from moto.stepfunctions.parser.api import ExecutionStatus
@@ -246,6 +247,17 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
         twin.start(job, image)
         return result
 
+    def presigned_tracking_server_url(self: Any) -> Any:
+        """The twin's MLflow tracking server answers for its name, as SageMaker signs a user into its
+        server's UI; any other name is unknown, as SageMaker answers it (moto has no MLflow API)."""
+        name, server = self._get_param("TrackingServerName"), twin.tracking_server
+        if server is None or name != server.arn.rsplit("/", 1)[1]:
+            raise ResourceNotFound(f"Tracking server {name} does not exist")
+        return ActionResult({"AuthorizedUrl": server.url})
+
+    def presigned_mlflow_app_url(self: Any) -> Any:
+        raise ResourceNotFound(f"MLflow App {self._get_param('Arn')} does not exist")  # the twin runs a tracking server
+
     def stop_training_job(self: Any) -> Any:
         name = self._get_param("TrainingJobName")
         job = self.sagemaker_backend.training_jobs.get(name)
@@ -341,6 +353,8 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
     Rule.send_to_targets = send_to_targets
     SageMakerResponse.create_training_job = create
     SageMakerResponse.stop_training_job = stop_training_job
+    SageMakerResponse.create_presigned_mlflow_tracking_server_url = presigned_tracking_server_url
+    SageMakerResponse.create_presigned_mlflow_app_url = presigned_mlflow_app_url
     StepFunctionBackend.stop_execution = stop
     StepFunctionsParserBackend.start_execution = start
     BaseExecutionWorkerCommunication.terminated = execution_ended
@@ -358,6 +372,8 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
         for (owner, attribute), original in originals.items():
             setattr(owner, attribute, original)
         del SageMakerResponse.stop_training_job
+        del SageMakerResponse.create_presigned_mlflow_tracking_server_url
+        del SageMakerResponse.create_presigned_mlflow_app_url
         for path in batch_paths:
             del batch_urls.url_paths[path]
         for action in OPERATIONS:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +34,7 @@ class Served:
     environment: dict[str, str]
     outputs: dict[str, str]
     printed: list[str]  # what `local serve` printed after its environment, line by line
+    log: Path  # what `local serve` wrote to its standard error
 
     def trainstack(self, *arguments: str, **overrides: str) -> subprocess.CompletedProcess:
         return _run([str(BIN / "trainstack"), *arguments], {**self.environment, **overrides})
@@ -86,7 +89,7 @@ def served(default_stack, tmp_path_factory):
     stacks = _run([str(BIN / "aws"), "cloudformation", "describe-stacks", "--output", "json"], environment)
     assert stacks.returncode == 0, stacks.stderr
     (stack,) = json.loads(stacks.stdout)["Stacks"]
-    yield Served(environment, {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}, printed)
+    yield Served(environment, {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}, printed, workdir / "serve.log")
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == 0
 
@@ -330,6 +333,18 @@ def test_serve_prints_one_line_per_event_of_a_failing_and_a_stopped_run(served, 
             what=f"the lines of run {run}",
         )
         assert lines == expected[run]
+
+
+def test_status_of_a_tracked_run_links_its_tracking_servers_ui_and_serve_stays_quiet(served, tmp_path):
+    tracked = job("tracked", image="project", tracking={"mlflow": "stack", "experiment": "served"})
+    run = _submitted(served.trainstack("submit", str(write(tmp_path / "tracked.yaml", tracked)), "--json"))
+    assert served.wait_until(run, lambda view: view["status"] != "RUNNING")["status"] == "SUCCEEDED"
+    shown = served.trainstack("status", run)
+    assert shown.returncode == 0, shown.stderr
+    (link,) = re.findall(r"MLflow UI, signed in for 5 minutes: (\S+)", shown.stdout)
+    with urllib.request.urlopen(f"{link}/health", timeout=30) as answer:  # the twin's live MLflow server
+        assert answer.read() == b"OK"
+    assert "Traceback" not in served.log.read_text()  # the twin answers the call as SageMaker does, quietly
 
 
 def _submitted(result: subprocess.CompletedProcess) -> str:
