@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainstack_local.process_environment import machine_environment
+
 PYTORCH_TOOLKIT_MODULE = "sagemaker_pytorch_container.training:main"
 HOST = "localhost"  # must resolve, or the toolkit retries DNS for 15 minutes
 
@@ -47,11 +49,6 @@ class ContainerRun:
     def failure_reason(self) -> str:
         failure = self.output_dir / "failure"
         return failure.read_text() if failure.exists() else ""
-
-
-def encode_hyperparameters(values: Mapping[str, Any]) -> dict[str, str]:
-    """The SageMaker SDK's encoding: every value a string holding JSON (strings carry their own quotes)."""
-    return {key: json.dumps(value) for key, value in values.items()}
 
 
 def resource_config(hosts: list[str], current_host: str, instance_type: str, interface: str) -> dict[str, Any]:
@@ -99,10 +96,11 @@ def prepare(base: Path, hyperparameters: Mapping[str, str], channels: Mapping[st
 
 
 def run(base: Path, environment: Mapping[str, str] | None = None, timeout: float = 600) -> ContainerRun:
-    """Run the toolkit's `train` entry point against the tree at `base`."""
+    """Run the toolkit's `train` entry point against the tree at `base`, with this machine's basics,
+    `environment` and the toolkit's own variables: nothing else of this process's environment (an
+    SM_* or SAGEMAKER_* variable of its own would steer the toolkit)."""
     bin_dir = Path(sys.executable).parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_"))}
-    env.update(environment or {})
+    env = machine_environment(**(environment or {}))
     env.update(
         SAGEMAKER_BASE_DIR=str(base),
         SAGEMAKER_TRAINING_MODULE=PYTORCH_TOOLKIT_MODULE,

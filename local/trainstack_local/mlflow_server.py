@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack_local.hosts import service_address
+from trainstack_local.process_environment import machine_environment
 
 SERVER_NAME = "trainstack-twin"
 START_TIMEOUT_SECONDS = 120.0  # it takes 5 to 10 s here, more on a machine busy with other tests
@@ -125,7 +126,8 @@ def tracking_server(directory: Path, *, region: str, account: str) -> Iterator[T
             "--no-serve-artifacts", "--default-artifact-root", (directory / "mlflow-artifacts").as_uri(),
             "--host", address, "--port", str(port), "--workers", "1",
         ]  # fmt: skip
-        environment = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+        # This machine's basics only: no credentials (it stores to files here) and no MLFLOW_* of this process's.
+        environment = machine_environment(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true")
         with log_path.open("ab") as log:
             # A session of its own: stopping it stops the uvicorn worker it starts as well.
             process = subprocess.Popen(

@@ -63,6 +63,7 @@ from trainstack_local import container, runtimes
 from trainstack_local.event_feed import EventFeed
 from trainstack_local.hosts import Container, JobNetwork, host_names, remove_stale_networks, require_namespaces
 from trainstack_local.mlflow_server import TrackingServer
+from trainstack_local.process_environment import TWIN_CREDENTIALS
 from trainstack_local.registry import ImageRegistry, TwinImage
 
 CAPACITY_FAILURE = f"{CAPACITY_FAILURE_MARKERS[0]}: Unable to provision requested ML compute capacity. Please retry later."
@@ -333,17 +334,14 @@ class JobRun:
     def _tracking_environment(self) -> dict[str, str]:
         """What a job with MlflowConfig needs to log to the twin's tracking server along SageMaker's own
         path: the plugin's documented endpoint override (the region's endpoint is not reachable from
-        here) and credentials to sign with, the twin's own, as a SageMaker job signs with its execution
-        role's. Nothing without a server: the job then finds its tracking server unreachable."""
+        here) and credentials to sign with, the emulated account's test keys, as a SageMaker job signs
+        with its execution role's: never whatever boto3 finds in this process (the developer's own keys).
+        Nothing without a server: the job then finds its tracking server unreachable."""
         server = self.twin.tracking_server
         if server is None or not getattr(self.job, "mlflow_config", None):
             return {}
-        credentials = boto3.Session().get_credentials().get_frozen_credentials()
-        signing = {"AWS_ACCESS_KEY_ID": credentials.access_key, "AWS_SECRET_ACCESS_KEY": credentials.secret_key}
-        if credentials.token:
-            signing["AWS_SESSION_TOKEN"] = credentials.token
         region = {"AWS_REGION": self.twin.region, "AWS_DEFAULT_REGION": self.twin.region}
-        return {MLFLOW_ENDPOINT_OVERRIDE: server.url, **signing, **region}
+        return {MLFLOW_ENDPOINT_OVERRIDE: server.url, **TWIN_CREDENTIALS, **region}
 
     def _record_mlflow_run(self) -> None:
         """MlflowDetails, which SageMaker fills in once a job has ended (the SageMaker SDK 3.x reads the

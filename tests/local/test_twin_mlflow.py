@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import boto3
+import psutil
 import pytest
 
 from tests.local.twin_runs import description, job_run, wait_for_status
@@ -27,6 +29,7 @@ from trainstack_contract.tracking import TRACKING_URI
 from trainstack_local.emulator import ACCOUNT, REGION
 from trainstack_local.hosts import SERVICE_ADDRESS, JobNetwork, service_address
 from trainstack_local.mlflow_server import TrackingServerError, tracking_server, tracking_server_arn
+from trainstack_local.process_environment import TWIN_CREDENTIALS
 from trainstack_local.sagemaker_twin import MLFLOW_ENDPOINT_OVERRIDE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -143,9 +146,19 @@ def test_a_job_with_mlflow_config_gets_the_tracking_servers_endpoint_and_credent
     _, twin, tracking = tracked_twin
     given = _given_environment(twin, logged_job)
     assert given[MLFLOW_ENDPOINT_OVERRIDE] == tracking.url
-    twins = boto3.Session().get_credentials().get_frozen_credentials()  # the emulated account's, as the twin calls AWS
-    assert [given.get(key) for key in SIGNING] == [twins.access_key, twins.secret_key, twins.token]
+    assert {key: given.get(key) for key in SIGNING} == TWIN_CREDENTIALS  # the emulated account's
     assert given[TRACKING_URI] == tracking.arn  # the request's: the plugin resolves the ARN to the endpoint
+
+
+def test_a_tracked_jobs_container_signs_with_the_twins_keys_never_those_of_this_process(tracked_twin, monkeypatch):
+    stack, twin, tracking = tracked_twin
+    developer = {"AWS_ACCESS_KEY_ID": "AKIADEVELOPER", "AWS_SECRET_ACCESS_KEY": "developer-secret", "AWS_SESSION_TOKEN": "dev"}
+    for key, value in developer.items():
+        monkeypatch.setenv(key, value)  # what boto3 finds in this process now
+    name = _create(stack, "keys", WRITE_ENVIRONMENT, tracking_arn=tracking.arn)
+    _finished(twin, name)
+    given = _given_environment(twin, name)
+    assert {key: given.get(key) for key in SIGNING} == TWIN_CREDENTIALS
 
 
 def test_a_job_without_mlflow_config_gets_neither_endpoint_nor_credentials(tracked_twin, untracked_job):
@@ -227,14 +240,25 @@ def test_a_destroyed_job_network_leaves_no_link_on_this_machine():
     assert f"{network.uplink}@" not in links
 
 
-def test_a_tracking_server_that_cannot_start_says_why_with_the_end_of_its_log(tmp_path, monkeypatch):
-    broken = tmp_path / "broken" / "mlflow"
-    broken.mkdir(parents=True)
-    (broken / "__init__.py").write_text("raise SystemExit('this mlflow cannot start')\n")
-    monkeypatch.setenv("PYTHONPATH", str(broken.parent))  # the server's environment is this process's
+def test_a_tracking_server_that_cannot_start_says_why_with_the_end_of_its_log(tmp_path):
+    (tmp_path / "server").mkdir()
+    (tmp_path / "server" / "mlflow.db").write_text("what is left of a backend store that is no database\n")
 
     with (
-        pytest.raises(TrackingServerError, match=r"mlflow server exited with 1:\n.*this mlflow cannot start"),
+        pytest.raises(TrackingServerError, match=r"(?s)mlflow server exited with 1:\n.*file is not a database"),
         tracking_server(tmp_path / "server", region=REGION, account=ACCOUNT),
     ):
         pass
+
+
+def test_the_tracking_servers_processes_get_none_of_this_processs_credentials_or_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIADEVELOPER")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://elsewhere.invalid")  # the server sets its worker's own
+    with tracking_server(tmp_path / "server", region=REGION, account=ACCOUNT):
+        (server,) = [child for child in psutil.Process().children() if str(tmp_path) in " ".join(child.cmdline())]
+        environments = [process.environ() for process in [server, *server.children(recursive=True)]]
+    assert len(environments) == 2  # the server and the uvicorn worker it started
+    for environment in environments:
+        assert "AWS_ACCESS_KEY_ID" not in environment
+        assert environment.get("MLFLOW_TRACKING_URI") != "http://elsewhere.invalid"
+        assert environment["PATH"] == os.environ["PATH"]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -19,10 +22,15 @@ from trainstack_local import container
 pytestmark = pytest.mark.slow
 
 
+def _encoded(values: dict[str, Any]) -> dict[str, str]:
+    """Hyperparameters as the request builder sends them: every value a string holding JSON."""
+    return {key: json.dumps(value) for key, value in values.items()}
+
+
 @pytest.mark.timeout(300)
 def test_toolkit_launches_two_torchrun_processes_from_the_shipped_source_tarball(tmp_path):
     source = write_source_tarball(ROOT / "training", tmp_path / "sourcedir.tar.gz")
-    hyperparameters = container.encode_hyperparameters(
+    hyperparameters = _encoded(
         {
             # what the request builder sends for distribution={"torch_distributed": {"enabled": True}}
             "sagemaker_program": "train.py",
@@ -54,13 +62,31 @@ def test_toolkit_launches_two_torchrun_processes_from_the_shipped_source_tarball
 @pytest.mark.timeout(300)
 def test_a_failing_job_reports_our_reason_through_the_toolkit(tmp_path):
     source = write_source_tarball(ROOT / "training", tmp_path / "sourcedir.tar.gz")
-    hyperparameters = container.encode_hyperparameters(
+    hyperparameters = _encoded(
         {"sagemaker_program": "train.py", "sagemaker_submit_directory": str(source), "sagemaker_job_name": "t", "max_step": 3}
     )
     base = container.prepare(tmp_path / "opt" / "ml", hyperparameters, {})
     result = container.run(base, timeout=120)
     assert result.returncode != 0
     assert "unknown hyperparameter 'max_step'" in result.failure_reason
+
+
+@pytest.mark.timeout(300)
+def test_the_toolkit_runs_with_none_of_this_processs_credentials(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIADEVELOPER")  # a developer's own, which no job of a test may use
+    script = "import json, os; open(os.environ['SM_MODEL_DIR'] + '/environment.json', 'w').write(json.dumps(dict(os.environ)))"
+    source = tmp_path / "source.tar.gz"
+    with tarfile.open(source, "w:gz") as archive:
+        (tmp_path / "environment.py").write_text(script + "\n")
+        archive.add(tmp_path / "environment.py", arcname="environment.py")
+    hyperparameters = _encoded(
+        {"sagemaker_program": "environment.py", "sagemaker_submit_directory": str(source), "sagemaker_job_name": "t"}
+    )
+    result = container.run(container.prepare(tmp_path / "opt" / "ml", hyperparameters, {}), timeout=120)
+    assert result.succeeded, (result.stdout + result.stderr)[-3000:]
+    given = json.loads((result.model_dir / "environment.json").read_text())
+    assert "AWS_ACCESS_KEY_ID" not in given
+    assert given["SM_MODEL_DIR"] == str(result.model_dir)  # the toolkit's own variables, from the tree it was given
 
 
 MPI_PACKAGES = "apt-get install -y --no-install-recommends openmpi-bin openssh-server"
@@ -115,7 +141,7 @@ def _run_in_container(base: Path, timeout: float) -> subprocess.CompletedProcess
 def test_the_mpi_launcher_trains_two_ranks_exactly_like_torchrun(tmp_path, reference_losses):
     _require_mpi_launcher_tools()
     source = write_source_tarball(ROOT / "training", tmp_path / "sourcedir.tar.gz")
-    hyperparameters = container.encode_hyperparameters(
+    hyperparameters = _encoded(
         {
             # what the request builder sends for distribution={"mpi": {"enabled": True, "processes_per_host": 2}}
             "sagemaker_program": "train.py",
