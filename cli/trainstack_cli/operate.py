@@ -22,6 +22,7 @@ from trainstack.run_report import mlflow_ui_call
 from trainstack.service_jobs import ACTIVE, QUEUED, training_job_name
 from trainstack.source_archive import write_source_tarball
 from trainstack.spec import SpecError, parse_spec, spec_data
+from trainstack.stopping import active_service_jobs, submitted_by, terminate
 from trainstack.workflow import RUNNING
 from trainstack_cli.runs import (
     STILL_GOING,
@@ -37,7 +38,7 @@ from trainstack_cli.runs import (
     trial_of,
 )
 from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_NO_STACK, EXIT_RUN_FAILED, EXIT_UNKNOWN_RUN, CliError, Stack, aws_errors
-from trainstack_cli.team_queue import RUNNABLE, QueueView, ServiceJobView, front_of_queue, queue_view, service_job_view
+from trainstack_cli.team_queue import RUNNABLE, QueueView, front_of_queue, queue_view, service_job_view
 
 EXECUTION_APPEARS_SECONDS = 60  # EventBridge starts a run seconds after the upload
 METRIC_LOG_EVENTS = 2000  # the newest lines of a host's log that `status` scans for metrics
@@ -361,8 +362,9 @@ def _new_lines(stack: Stack, stream: str, tokens: dict[str, str]) -> Iterator[Lo
 def stop(stack: Stack, run: str, wait_seconds: float = 120) -> StopView:
     """Stop the execution, every job of the run still training (SageMaker uploads their checkpoints
     as they stop) and every job it submitted to the team queue that has not ended (Batch stops the
-    training job of one it dispatched, and never dispatches one still queued); return the run once
-    no job is queued or training any more, with the queued jobs terminated."""
+    training job of one it dispatched, and never dispatches one still queued), found and ended as
+    the stack's Stop function ends them (trainstack/stopping.py); return the run once no job is
+    queued or training any more, with the queued jobs terminated."""
     from botocore.exceptions import ClientError
 
     with aws_errors(f"stack {stack.name}"):
@@ -371,6 +373,7 @@ def stop(stack: Stack, run: str, wait_seconds: float = 120) -> StopView:
         # what the run had queued, and where, is what this stop reports.
         jobs = trial_jobs(stack, execution, execution_history(stack, execution))
         front = front_of_team_queue(stack, jobs)
+        queued = _own_service_jobs(stack, execution)
         if execution["status"] == "RUNNING":
             stack.client("stepfunctions").stop_execution(
                 executionArn=execution["executionArn"], error="trainstack.Stopped", cause="stopped with `trainstack stop`"
@@ -383,7 +386,10 @@ def stop(stack: Stack, run: str, wait_seconds: float = 120) -> StopView:
                 except ClientError as error:  # the stack's Stop rule got there first
                     if error.response["Error"]["Code"] != "ValidationException":
                         raise
-        terminated = _terminate_service_jobs(stack, execution["name"], jobs, front)
+        for service in queued:  # ended by this stop, or a moment earlier by the Stop rule it set off
+            terminate(stack.client("batch"), service["jobId"], f"trainstack stop: run {execution['name']}")
+        now = datetime.now(UTC)
+        terminated = [service_job_view(service, front, now) for service in queued]
         deadline = time.monotonic() + wait_seconds
         while True:
             view = read_run(stack, run, with_metrics=False)
@@ -392,32 +398,19 @@ def stop(stack: Stack, run: str, wait_seconds: float = 120) -> StopView:
             time.sleep(1)
 
 
+def _own_service_jobs(stack: Stack, execution: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's service jobs in the team queue that had not ended and that this execution submitted."""
+    context = stack.context
+    if not context.job_queue_arn:
+        return []
+    found = active_service_jobs(stack.client("batch"), context.job_queue_arn, run_identity(execution), context.name_prefix)
+    return [job for job in found if submitted_by(job, execution["name"]) == execution["name"]]
+
+
 def _ended(trial: TrialView) -> bool:
     """Nothing of the trial trains or waits: its training job has ended and so has its service job,
     which Batch moves on from RUNNING only at its next look at the training job it dispatched."""
     return trial.status not in STILL_GOING and (trial.queue is None or trial.queue.status not in ACTIVE)
-
-
-def _terminate_service_jobs(stack: Stack, execution_name: str, jobs: list[JobRecord], front: list[str]) -> list[ServiceJobView]:
-    """TerminateServiceJob for each of the jobs in the team queue that had not ended; each as it stood
-    before the stop (`front`: the queue's front then)."""
-    from botocore.exceptions import ClientError
-
-    services = [job.service for job in jobs if job.service]
-    active = [service for service in services if service["status"] in ACTIVE and not service.get("isTerminated")]
-    if not active:
-        return []
-    batch = stack.client("batch")
-    for service in active:
-        try:
-            batch.terminate_service_job(jobId=service["jobId"], reason=f"trainstack stop: run {execution_name}")
-        except ClientError as error:  # the stack's Stop rule ended it first: nothing is left to terminate
-            if error.response["Error"]["Code"] != "ClientException":
-                raise
-            if batch.describe_service_job(jobId=service["jobId"])["status"] in ACTIVE:
-                raise
-    now = datetime.now(UTC)
-    return [service_job_view(service, front, now) for service in active]
 
 
 def watch(stack: Stack, run: str, show: Callable[[RunView], None], interval: float = 2.0) -> RunView:

@@ -252,10 +252,10 @@ def test_stop_terminates_this_runs_service_jobs_and_leaves_other_runs_and_execut
     stubbed["batch"].add_response(
         "describe_service_job", _service_job("RUNNING", jobName=ours, tags={"trainstack:execution": "exec-1"})
     )
-    stubbed["batch"].add_response("terminate_service_job", {}, {"jobId": "job-1", "reason": "exec-1 ABORTED"})
     stubbed["batch"].add_response(
         "describe_service_job", _service_job("RUNNABLE", jobName=theirs, tags={"trainstack:execution": "other"})
     )
+    stubbed["batch"].add_response("terminate_service_job", {}, {"jobId": "job-1", "reason": "exec-1 ABORTED"})
     event_input = {"detail": {"bucket": {"name": "b"}, "object": {"key": "jobs/x.yaml", "version-id": "v1"}}}
     result = stop.handler({"detail": {"input": json.dumps(event_input), "name": "exec-1", "status": "ABORTED"}})
     assert result["stopped"] == [ours]

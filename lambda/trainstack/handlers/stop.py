@@ -14,7 +14,7 @@ from typing import Any
 
 from trainstack.handlers.environment import client, environment
 from trainstack.identity import TAG_EXECUTION, Run
-from trainstack.stopping import HAD_ENDED, TERMINATED, stop_service_jobs
+from trainstack.stopping import active_service_jobs, submitted_by, terminate
 from trainstack.workflow import trigger_of
 
 
@@ -48,17 +48,19 @@ def _terminate_service_jobs(run: Run, detail: dict[str, Any]) -> list[str]:
     a queued one ends it before any training job is created; a dispatched one, Batch stops its training
     job (whose AWSBatch name the pass above does not read as this run's)."""
     stack = environment().stack
+    batch = client("batch")
     ended = f"{detail['name']} {detail.get('status', 'ended')}"
-    stops = stop_service_jobs(client("batch"), stack.job_queue_arn, run, stack.name_prefix, detail["name"], ended)
-    for stop in stops:
-        name, status = stop.job["jobName"], stop.job["status"]
-        if stop.outcome == TERMINATED:
+    terminated = []
+    for job in active_service_jobs(batch, stack.job_queue_arn, run, stack.name_prefix):
+        name, status, creator = job["jobName"], job["status"], submitted_by(job, detail["name"])
+        if creator != detail["name"]:
+            print(f"{ended}: left {name} {status} in the queue, submitted by execution {creator}")
+        elif terminate(batch, job["jobId"], ended):
+            terminated.append(name)
             print(f"{ended}: terminated {name} ({status} in the queue)")
-        elif stop.outcome == HAD_ENDED:
-            print(f"{ended}: {name} had ended")
         else:
-            print(f"{ended}: left {name} {status} in the queue, submitted by execution {stop.submitted_by}")
-    return [stop.job["jobName"] for stop in stops if stop.outcome == TERMINATED]
+            print(f"{ended}: {name} had ended")
+    return terminated
 
 
 def _creator(sagemaker: Any, job_arn: str) -> str | None:
