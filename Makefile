@@ -63,6 +63,13 @@ test: setup system-packages runtimes ## install, then run every test (ruff inclu
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -n 2 --dist loadfile --durations=10
 
+# The same suite in a random order of files and tests (pytest-randomly; SEED=n repeats one): which
+# files share a worker, and what ran before a test, must decide nothing.
+SEED ?= $(shell date +%s)
+.PHONY: test-shuffled
+test-shuffled: setup system-packages runtimes ## every test, in the seeded random order SEED (default: a new one)
+	$(PY) -m pytest -n 2 --dist loadfile -p randomly --randomly-seed=$(SEED)
+
 .PHONY: runtimes
 # Jobs in the twin run on their image's torch and Python: build the images' runtimes the tests use
 # (cached in ~/.cache/trainstack/runtimes; several GB each on the first run) before any test waits.
