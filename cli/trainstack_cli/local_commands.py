@@ -10,6 +10,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from trainstack_cli.operate import read_spec
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = args.spec or DEFAULT_JOB
     started = time.monotonic()
+    _unwind_on_sigterm()
     with serve(template, workdir) as (served, _, twin):
         console.print(f"trainstack local: MLflow tracking server at {served.tracking.url}")
         stack = find_stack(None, served.outputs_file, None, None)  # in-process: moto answers without HTTP
@@ -111,3 +113,19 @@ def _wait_for_signal() -> None:
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, lambda *_: stopped.set())
     stopped.wait()
+
+
+def _unwind_on_sigterm() -> None:
+    """SIGTERM (`timeout`, the end of a CI job) ends the run as Ctrl-C does, through every context it
+    is in, so that the twin stops its jobs and the MLflow server's process group goes: Python's
+    default would end this process at once and leave them running. Exit status 128 + 15, as the
+    signal's own; a SIGTERM that comes while it unwinds does not cut the cleanup short."""
+    received = False
+
+    def unwind(signum: int, _: FrameType | None) -> None:
+        nonlocal received
+        if not received:
+            received = True
+            raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)

@@ -6,12 +6,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -85,3 +87,38 @@ def test_a_job_whose_images_python_this_machine_lacks_fails_the_run_promptly_nam
     assert f"no Python {python} on this machine" in cause and f"`pyenv install {python}`" in cause
     assert result.stderr == ""  # no traceback from the twin's job thread
     assert time.monotonic() - started < 120  # ended by the twin, not by the execution's deadline
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_run_ended_by_sigterm_leaves_no_process_behind(template, tmp_path):
+    workdir = tmp_path / "work"
+    command = [str(TRAINSTACK), "local", "run", "--template", str(template), "--output-dir", str(tmp_path / "out")]
+    process = subprocess.Popen(
+        [*command, "--workdir", str(workdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    started: list[psutil.Process] = []
+    try:
+        for line in process.stdout:
+            if "MLflow tracking server at" in line:
+                break
+        started = psutil.Process(process.pid).children(recursive=True)  # the server and its uvicorn worker, at least
+        process.send_signal(signal.SIGTERM)  # as `timeout` or the end of a CI job ends it
+        _, stderr = process.communicate(timeout=240)
+        # What it started then, and anything since that names its work folder (the twin's hosts, the server).
+        left = [child for child in started if _alive(child)]
+        named = [other for other in psutil.process_iter(["cmdline"]) if str(workdir) in " ".join(other.info["cmdline"] or [])]
+        left += [other for other in named if _alive(other)]
+        assert started and left == []
+        assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    finally:  # nothing of a failed test's run stays on the machine
+        for leftover in started:
+            if _alive(leftover):
+                leftover.kill()
+        if process.poll() is None:
+            process.kill()
