@@ -1,17 +1,23 @@
 """Bad input never escapes as a traceback: every spec is either refused with problems, or yields for
-each of its trials a CreateTrainingJob request the API's model accepts. Specs come from the job
-spec's JSON Schema (`trainstack schema`) and from mutating the
-reviewed examples (wrong types, empty and huge collections, long and odd strings, unknown keys,
-every enum value) with Hypothesis.
+each of its trials a CreateTrainingJob request the API's model accepts (with `queue`, also the
+SubmitServiceJob request Batch's model accepts). Specs come from the job spec's JSON Schema
+(`trainstack schema`) and from mutating the reviewed examples (wrong types, empty and huge
+collections, long and odd strings, unknown keys, every enum value) with Hypothesis. The stack has a
+team queue and a tracking server, so that specs with `queue` or `tracking` reach the request
+builder; each run of mutations checks that a share of its specs did.
 
 The budget is small in `make test`; `make fuzz` runs many more (TRAINSTACK_FUZZ_EXAMPLES).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
+import botocore.session
+import pytest
+from botocore.validate import ParamValidator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,9 +26,20 @@ from trainstack.identity import Run
 from trainstack.preflight import preflight
 from trainstack.request import build_request, validate_request
 from trainstack.rules import SpecRejectedError
+from trainstack.rules.queue import share_of
+from trainstack.service_jobs import submit_arguments
 from trainstack.spec import JobSpec, SpecError, json_schema, parse_spec
 from trainstack.workflow import trials
 
+# Every part of a stack a spec may ask for: the team queue (two teams) and a tracking server.
+FUZZ_STACK = dataclasses.replace(
+    STACK,
+    mlflow_tracking_server_arn="arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/research",
+    job_queue_arn="arn:aws:batch:us-east-1:123456789012:job-queue/trainstack-queue",
+    queue_shares=("research", "prod"),
+    queue_default_share="research",
+    queue_max_instances=4,
+)
 EXAMPLES = int(os.environ.get("TRAINSTACK_FUZZ_EXAMPLES", "150"))
 FIELDS = sorted(JobSpec.model_fields)
 ODD_STRINGS = ["", " ", "x" * 3000, "ü-名前", "s3://", "s3://b/../k", "-1", "1e309", "null", "ml.p5.48xlarge", "2.1", "${x}"]
@@ -97,11 +114,13 @@ SCHEMA = json_schema()
 # Valid values of the fields the examples leave out, so that mutations reach what lies inside them.
 FRAGMENTS: dict[str, Any] = {
     "sweep": {"max_concurrency": 2, "grid": {"lr": [1.0e-4, 3.0e-4], "seed": [0, 1]}},
-    "instance_types": ["ml.p4d.24xlarge", "ml.p4de.24xlarge"],  # valid where spot is off
+    "instance_types": ["ml.p4d.24xlarge", "ml.p4de.24xlarge"],  # in place of instance_type and spot (on-demand only)
     "budget": {"max_usd": 100000},
     "health": {"rules": {"nonfinite": {"action": "stop"}}},
     "tags": {"team": "research"},
     "environment": {"NCCL_DEBUG": "INFO"},
+    "queue": {"share": "prod", "priority": 9000, "max_wait": "3d"},
+    "tracking": {"mlflow": "stack", "experiment": "fuzz"},
 }
 
 
@@ -124,13 +143,15 @@ def replaced(value: Any, path: tuple, new: Any) -> Any:
 
 
 @st.composite
-def mutated_specs(draw: st.DrawFn) -> dict[str, Any]:
-    """An example (with some of the fields it leaves out) with one or two places changed: a field
-    set to an enum value, to a value of its schema type, or to anything; or any place inside it
-    emptied, made huge, or replaced."""
+def mutated_specs(draw: st.DrawFn, always: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An example (with some of the fields it leaves out, those named in `always` among them) with
+    none, one or two places changed: a field set to an enum value, to a value of its schema type,
+    or to anything; or any place inside it emptied, made huge, or replaced."""
     spec = dict(draw(st.sampled_from(sorted(SPECS.values(), key=lambda s: str(s)))))
-    spec.update({name: value for name, value in FRAGMENTS.items() if draw(st.booleans())})
-    for _ in range(draw(st.sampled_from([1, 1, 2]))):
+    spec.update({name: value for name, value in FRAGMENTS.items() if name in always or draw(st.booleans())})
+    if "instance_types" in spec:  # a capacity fallback list replaces the one type, and takes no spot
+        del spec["instance_type"], spec["spot"]
+    for _ in range(draw(st.sampled_from([0, 1, 1, 2]))):
         how = draw(st.sampled_from(["enum", "schema", "inside", "inside", "inside", "any"]))
         field = draw(st.sampled_from([*FIELDS, "unknown_field"]))
         if how == "enum" and field in ENUMS:
@@ -153,26 +174,47 @@ def mutated_specs(draw: st.DrawFn) -> dict[str, Any]:
     return spec
 
 
-def refused_or_valid_requests(data: dict[str, Any]) -> None:
+SUBMIT_SERVICE_JOB = botocore.session.get_session().get_service_model("batch").operation_model("SubmitServiceJob")
+
+
+def refused_or_valid_requests(data: dict[str, Any]) -> JobSpec | None:
+    """The spec whose requests were built and found valid, or None when it was refused."""
     problems: list = []
     try:
         spec = parse_spec(data)
-        checked = preflight(spec, lambda uri: 64, STACK.region, STACK)
+        checked = preflight(spec, lambda uri: 64, FUZZ_STACK.region, FUZZ_STACK)
     except (SpecError, SpecRejectedError) as refused:
         problems = refused.problems
     if problems:  # refused: each problem a line of its own
         assert all(str(problem) for problem in problems)
-        return
+        return None
     run = Run("s3://trainstack-trigger/jobs/fuzz.yaml#v1")
     for index, overrides in enumerate(trials(checked.spec)):
         trial = run.trial(index if checked.spec.sweep else None)
-        validate_request(build_request(checked.spec, checked.resolution, STACK, trial=trial, overrides=overrides))
+        request = build_request(checked.spec, checked.resolution, FUZZ_STACK, trial=trial, overrides=overrides)
+        validate_request(request)
+        if checked.spec.queue is not None:  # what Create submits to the team queue instead
+            share = share_of(checked.spec, FUZZ_STACK)
+            submission = submit_arguments(request, FUZZ_STACK.job_queue_arn, share, checked.spec.queue.priority)
+            report = ParamValidator().validate(submission, SUBMIT_SERVICE_JOB.input_shape)
+            assert not report.has_errors(), report.generate_report()
+    return checked.spec
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(mutated_specs())
-def test_every_spec_is_refused_with_problems_or_yields_valid_requests_for_every_trial(data):
-    refused_or_valid_requests(data)
+@pytest.mark.parametrize("always", [(), ("queue",), ("tracking",)], ids=["any", "queued", "tracked"])
+def test_every_spec_is_refused_with_problems_or_yields_valid_requests_for_every_trial(always):
+    built: list[JobSpec] = []
+
+    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(mutated_specs(always))
+    def each(data):
+        spec = refused_or_valid_requests(data)
+        if spec is not None and all(getattr(spec, name) is not None for name in always):
+            built.append(spec)
+
+    each()
+    # Mutations of accepted specs, some left as they are: a share of them reach the request builder.
+    assert len(built) >= EXAMPLES // 20, f"{len(built)} of {EXAMPLES} specs {always} reached the request builder"
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
