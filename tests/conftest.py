@@ -12,7 +12,7 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PAT
 
 import pytest
 
-from tests.synth import ALL_OPTIONS, Synthesized, synthesize
+from tests.synth import ALL_OPTIONS, TRACKING_SERVER_ARN, Synthesized, synthesize
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +29,9 @@ def all_options_stack() -> Synthesized:
 def queue_stack() -> Synthesized:
     """A stack with the team queue: two teams of unequal weight, a non-default cap and time limit."""
     return synthesize(queue=True, queue_shares="research:1,prod:0.5", queue_max_instances=16, queue_capacity_wait_seconds=7200)
+
+
+@pytest.fixture(scope="session")
+def tracking_stack() -> Synthesized:
+    """A stack with a tracking server: the only one with its artifact store's lookup and the S3 endpoint's PutObject."""
+    return synthesize(mlflow_tracking_server_arn=TRACKING_SERVER_ARN)

@@ -21,6 +21,8 @@ ALL_OPTIONS = {
     "interface_endpoints": ["ecr.api", "ecr.dkr", "logs"],
     "inter_container_encryption": True,
 }
+# The tracking server of the stack synthesized with -c mlflow_tracking_server_arn.
+TRACKING_SERVER_ARN = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/research"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ CHECKOV = Path(os.environ.get("CHECKOV", ROOT / ".venv-checkov" / "bin" / "check
 pytestmark = pytest.mark.gates
 
 
-@pytest.fixture(params=["default", "all_options", "queue"])
+@pytest.fixture(params=["default", "all_options", "queue", "tracking"])
 def template_path(request) -> Path:
     return request.getfixturevalue(f"{request.param}_stack").template_path
 

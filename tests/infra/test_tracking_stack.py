@@ -10,15 +10,10 @@ import pytest
 
 from stacks.roles import MLFLOW_APP_ACTIONS, MLFLOW_TRACKING_SERVER_ACTIONS, mlflow_actions
 from stacks.settings import SettingsError, StackSettings
-from tests.synth import Synthesized, synthesize
+from tests.synth import TRACKING_SERVER_ARN as SERVER
+from tests.synth import Synthesized
 
-SERVER = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/research"
 APP = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-app/app-GBU5I6LYU4G7"
-
-
-@pytest.fixture(scope="session")
-def tracking_stack() -> Synthesized:
-    return synthesize(mlflow_tracking_server_arn=SERVER)
 
 
 def _execution_statements(stack: Synthesized) -> list[dict]:
