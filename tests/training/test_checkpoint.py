@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -173,12 +174,30 @@ def test_an_asynchronous_save_counts_only_once_its_manifest_is_written(tmp_path,
     assert checkpointer.last_saved_step == 10
 
 
-def test_a_save_waits_for_the_one_in_flight_before_it_starts(tmp_path, held_writes):
+def test_a_save_waits_for_the_one_in_flight_before_it_starts(tmp_path, held_writes, monkeypatch):
+    import threading
+
+    import torch.distributed.checkpoint as dcp
+
+    started = []  # each write as it starts: its checkpoint, and whether step 5's was complete by then
+    held_write = dcp.FileSystemWriter.write_data
+
+    def write_data(self, plan, planner):
+        started.append((Path(self.path).name, problem(tmp_path / "step_00000005") is None))
+        return held_write(self, plan, planner)
+
+    monkeypatch.setattr(dcp.FileSystemWriter, "write_data", write_data)
     checkpointer = Checkpointer(tmp_path, keep=3, context=SINGLE, asynchronous=True)
-    checkpointer.save(_state(step=5), wait=False)
+    checkpointer.save(_state(step=5), wait=False)  # its write is held
+    later = _state(step=10)
+    second = threading.Thread(target=checkpointer.save, args=(later,), daemon=True)  # synchronous
+    second.start()
+    second.join(timeout=2)
+    assert second.is_alive() and not checkpointer.path(10).exists()  # not begun while step 5's write is held
     held_writes.set()
-    checkpointer.save(_state(step=10))  # synchronous: finishes step 5's save first
-    assert [checkpointer.resume_step(), problem(checkpointer.path(5))] == [10, None]
+    second.join(timeout=60)
+    assert not second.is_alive()
+    assert started == [("step_00000005", False), ("step_00000010", True)]
 
 
 @pytest.mark.parametrize(
