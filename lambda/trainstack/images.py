@@ -58,12 +58,6 @@ def processor(kind: ImageKind, instance: Instance) -> str:
     return "gpu" if instance.kind == "gpu" else "cpu"
 
 
-def is_framework_image(uri: str) -> bool:
-    """Whether `uri` is a framework image the facts file lists, in the region and account it names
-    (for emulating SageMaker's pull, which fails on anything else)."""
-    return framework_image_version(uri) is not None
-
-
 def framework_image_version(uri: str) -> ImageVersion | None:
     """The facts of the framework image `uri` names (its runtime among them), or None when the facts
     file lists no such image in that region and account."""

@@ -37,13 +37,6 @@ def executions(stack: LocalStack) -> list[dict[str, Any]]:
     ]
 
 
-def wait_for_new_executions(stack: LocalStack, known: int, count: int = 1, timeout: float = 30) -> list[str]:
-    found = poll_until(
-        lambda: executions(stack), lambda found: len(found) >= known + count, timeout=timeout, what=f"{count} new execution(s)"
-    )
-    return [e["executionArn"] for e in sorted(found, key=lambda e: e["startDate"])][known:]
-
-
 def wait_for_execution(execution_arn: str, timeout: float = 600) -> dict[str, Any]:
     sfn = boto3.client("stepfunctions", region_name=REGION)
     return poll_until(

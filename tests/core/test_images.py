@@ -79,4 +79,4 @@ def test_a_cpu_type_gets_the_cpu_build():
     ],
 )
 def test_only_images_the_facts_list_exist(uri, exists):
-    assert images.is_framework_image(uri) is exists
+    assert (images.framework_image_version(uri) is not None) is exists

@@ -19,8 +19,8 @@ from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.polling import poll_until
 from trainstack.stack_context import DEAD_LETTER_OUTPUT
 from trainstack_cli import main as cli
-from trainstack_local.emulator import REGION, local_aws, training_files
-from trainstack_local.pipeline import executions, finish, training_jobs, upload_sample_data, wait_for_new_executions
+from trainstack_local.emulator import REGION, LocalStack, local_aws, training_files
+from trainstack_local.pipeline import executions, finish, training_jobs, upload_sample_data
 from trainstack_local.sagemaker_twin import TwinSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -47,6 +47,13 @@ def pipeline(default_stack, tmp_path):
         twin.wait()
         for name, run in twin.runs.items():  # pytest shows this only for a failed test: why a job failed
             print(f"--- {name}: the end of its hosts' logs\n{run.log()[-4000:]}")
+
+
+def wait_for_new_executions(stack: LocalStack, known: int, count: int = 1, timeout: float = 30) -> list[str]:
+    found = poll_until(
+        lambda: executions(stack), lambda found: len(found) >= known + count, timeout=timeout, what=f"{count} new execution(s)"
+    )
+    return [e["executionArn"] for e in sorted(found, key=lambda e: e["startDate"])][known:]
 
 
 def put(stack, key: str, body: bytes | dict) -> None:

@@ -51,8 +51,6 @@ HF_NEEDS = (
 # (the twin's, a CPU-offloaded optimizer's state) wrote what the next steps changed (pytorch/pytorch#144657,
 # fixed by #145408).
 ASYNC_CHECKPOINT = Need("async_checkpoint", "DCP's async_save copies CPU tensors before it returns from torch 2.7", torch="2.7")
-# Optional: without it the script writes no TensorBoard files and says so once.
-OPTIONAL_PACKAGES = ("tensorboard",)
 
 
 def needs(strategy: str, model: str) -> list[Need]:
