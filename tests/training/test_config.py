@@ -118,3 +118,23 @@ def test_a_data_dir_that_is_no_channel_is_fully_replicated():
 def test_an_unknown_data_distribution_is_refused():
     with pytest.raises(ConfigError, match="'data_distribution' = 'Sharded'"):
         parse_config(["--data_distribution", "Sharded"], {})
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ"),
+    [(["--fused_adamw", "false"], {}), ([], {"SM_HPS": json.dumps({"fused_adamw": False})})],
+    ids=["argument", "sm_hps"],
+)
+def test_fused_adamw_false_is_the_boolean_false(argv, environ):
+    # As text, "false" is truthy: the trainer took it for "fused" and ran the fused kernel on CUDA anyway.
+    assert parse_config(argv, environ).fused_adamw is False
+
+
+def test_fused_adamw_is_true_when_asked_and_unset_leaves_the_choice_to_the_device():
+    assert parse_config(["--fused_adamw", "true"], {}).fused_adamw is True
+    assert parse_config([], {}).fused_adamw is None
+
+
+def test_a_fused_adamw_that_is_no_boolean_is_refused():
+    with pytest.raises(ConfigError, match="'fused_adamw' = 'sometimes': expected bool"):
+        parse_config(["--fused_adamw", "sometimes"], {})

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -258,10 +257,10 @@ def _arguments(argv: Sequence[str]) -> dict[str, str]:
     return parsed
 
 
-def _coerce(name: str, text: str, annotation: typing.Any) -> typing.Any:
-    kind = {"int": int, "float": float, "bool": bool, "str": str}.get(annotation, annotation)
-    if isinstance(kind, types.UnionType):
-        kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
+def _coerce(name: str, text: str, annotation: str) -> typing.Any:
+    # A field's type is its annotation's text here (`from __future__ import annotations`), so an optional
+    # one reads "bool | None": left as text, "false" was a truthy string (fused_adamw false ran fused).
+    kind = {"int": int, "float": float, "bool": bool, "str": str}.get(annotation.removesuffix(" | None"), annotation)
     try:
         if kind is bool:
             lowered = text.strip().lower()
