@@ -242,6 +242,8 @@ REFUSED = [
     ({**DDP, "hyperparameters": {"lr": float("nan")}}, "hyperparameters.lr", "not JSON-encodable"),
     ({**DDP, "hyperparameters": {"sagemaker_program": "x.py"}}, "hyperparameters.sagemaker_program", "set by trainstack"),
     ({**DDP, "hyperparameters": {"blob": "x" * 3000}}, "hyperparameters.blob", "limit is 2500"),
+    ({**DDP, "entry_point": "x" * 2499}, "entry_point", "encoded value is 2501 characters, the limit is 2500"),  # quoted
+    ({**DDP, "source_dir": "s3://b/" + "x" * 2500}, "source_dir", "the limit is 2500"),
     ({**DDP, "hyperparameters": {"k" * 257: 1}}, f"hyperparameters.{'k' * 40}...", "names are at most 256 characters"),
     (
         {**DDP, "hyperparameters": {f"h{i}": i for i in range(89)}},

@@ -159,6 +159,19 @@ def hyperparameter_problems(spec: JobSpec) -> list[Problem]:
                     "pass large configuration as an input channel",
                 )
             )
+    # The script and its source travel as hyperparameters too (sagemaker_program, sagemaker_submit_directory).
+    for field, value in (("entry_point", spec.entry_point), ("source_dir", spec.source_dir)):
+        encoded = json.dumps(value)
+        if value is not None and len(encoded) > limit.hyperparameter_value:
+            problems.append(
+                Problem(
+                    field,
+                    f"{value[:40]}...",
+                    f"it reaches the container as a hyperparameter whose encoded value is {len(encoded)} characters, "
+                    f"the limit is {limit.hyperparameter_value}",
+                    "use a shorter path",
+                )
+            )
     reserved = len(TRAINSTACK_HYPERPARAMETERS)
     if len(spec.hyperparameters) > limit.hyperparameters - reserved:
         problems.append(
