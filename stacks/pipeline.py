@@ -118,6 +118,7 @@ class TrainingPipeline(Construct):
         )
 
         trigger_bucket.grant_read(self.functions["validate"])
+        self._grant_account_reads(self.functions["validate"].role, stack)
         create_role = self.functions["create"].role
         create_role.add_to_principal_policy(
             iam.PolicyStatement(actions=["sagemaker:CreateTrainingJob", "sagemaker:AddTags"], resources=[jobs_arn])
@@ -168,6 +169,30 @@ class TrainingPipeline(Construct):
             jobs_arn=jobs_arn,
             trigger_bucket=trigger_bucket,
             queue=defaults.queue,
+        )
+
+    @staticmethod
+    def _grant_account_reads(role: iam.IRole, stack: Stack) -> None:
+        """What Validate reads of the account before a job may launch (trainstack/account.py): the
+        SageMaker quotas, the instances the account's training jobs hold (every job, whatever its name:
+        a quota is the account's), EC2's offerings by AZ and the training subnets' AZs. Each is read
+        only; none of these actions takes a narrower resource than the one given."""
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "servicequotas:ListServiceQuotas",
+                    "sagemaker:ListTrainingJobs",
+                    "ec2:DescribeInstanceTypeOfferings",
+                    "ec2:DescribeSubnets",
+                ],
+                resources=["*"],
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["sagemaker:DescribeTrainingJob"],
+                resources=[stack.format_arn(service="sagemaker", resource="training-job", resource_name="*")],
+            )
         )
 
     def _function(self, name: str, code: lambda_.Code, environment: dict[str, str]) -> lambda_.Function:

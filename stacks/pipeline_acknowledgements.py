@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
@@ -27,6 +28,10 @@ QUEUE_UNSCOPED = {
     "describe": "batch:DescribeServiceJob",
     "stop": "batch:ListServiceJobs and batch:DescribeServiceJob (finding the run's queued jobs)",
 }
+# What Validate reads of the account that supports no resource type (trainstack/account.py).
+ACCOUNT_READS = (
+    "servicequotas:ListServiceQuotas, sagemaker:ListTrainingJobs, ec2:DescribeInstanceTypeOfferings and ec2:DescribeSubnets"
+)
 SERVICE_JOBS = "Batch assigns each service job's id at submission, so no narrower ARN names the jobs to come."
 
 
@@ -41,6 +46,7 @@ def acknowledge_pipeline(
     queue: TeamQueue | None = None,
 ) -> None:
     """Record every exception the pipeline in `scope` takes from cdk-nag's packs and from checkov."""
+    account_training_jobs = Stack.of(scope).format_arn(service="sagemaker", resource="training-job", resource_name="*")
     acknowledge(
         dead_letters,
         ("AwsSolutions-SQS3", "This queue is the dead-letter queue of the trigger rules; it has none of its own."),
@@ -53,6 +59,8 @@ def acknowledge_pipeline(
     for name, function in functions.items():
         skip_checkov(function, *_checkov_skips(name))
         unscoped = UNSCOPED
+        if name == "validate":
+            unscoped += f" So do the account reads before launch: {ACCOUNT_READS}."
         if queue is not None and name in QUEUE_UNSCOPED:
             unscoped += f" With the team queue, so does {QUEUE_UNSCOPED[name]}."
         findings = [
@@ -66,6 +74,11 @@ def acknowledge_pipeline(
         ]
         if name == "validate":
             findings += [
+                (
+                    f"AwsSolutions-IAM5[Resource::{nag_resource(scope, account_training_jobs)}]",
+                    "DescribeTrainingJob of the account's jobs in progress, whatever their names: the instances "
+                    "they hold count against the account's quotas (read only).",
+                ),
                 ("AwsSolutions-IAM5[Action::s3:GetObject*]", TRIGGER_BUCKET_READ),
                 ("AwsSolutions-IAM5[Action::s3:GetBucket*]", TRIGGER_BUCKET_READ),
                 (

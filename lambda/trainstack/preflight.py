@@ -4,13 +4,16 @@ the worst-case cost against the budget). `force: true` launches a job the plan r
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trainstack.account import AccountView
 from trainstack.builtin_script import contract_problems
 from trainstack.planner.memory import GIB
 from trainstack.planner.plan import JobPlan, OptionPlan, plan_job
 from trainstack.rules import Problem, Resolution, SpecRejectedError, checked, resolve
+from trainstack.rules.account import account_problems, account_warnings, option_accounts
 from trainstack.spec import JobSpec
 from trainstack.stack_context import StackContext
 
@@ -20,6 +23,7 @@ class Preflight:
     resolution: Resolution
     plan: JobPlan
     spec: JobSpec  # as it will run: with the choices the plan made where the spec left them open
+    warnings: tuple[str, ...] = ()  # what the job will meet without being refused for it (the account's)
 
 
 def rule_problems(
@@ -46,18 +50,34 @@ def preflight(
     count_objects: Callable[[str], int] | None = None,
     region: str | None = None,
     stack: StackContext | None = None,
+    account: AccountView | None = None,
 ) -> Preflight:
     """The resolution and the plan of a spec that may launch; SpecRejectedError otherwise. The
     resolution is computed once, here, and carried to Create (Resolution.to_json). With `stack`,
-    the deployed stack's values (Validate has them): which tracking server its jobs may log to."""
+    the deployed stack's values (Validate has them): which tracking server its jobs may log to; with
+    `account`, what the account allows (its quotas, the AZ's offerings): a job that can never start
+    is refused, even with `force`, and the plan shows the quota beside each option."""
     problems, resolution = _rules_and_contract(spec, count_objects, region, stack)
+    problems += account_problems(spec, account)
     if problems or resolution is None:
         raise SpecRejectedError(problems)
     spec, resolution, plan = planned(spec, resolution)
     refusals = plan_problems(plan)
     if refusals and not spec.force:
         raise SpecRejectedError(refusals)
-    return Preflight(resolution, plan, spec)
+    if account is None:
+        return Preflight(resolution, plan, spec)
+    return Preflight(resolution, with_account(plan, spec, account), spec, tuple(account_warnings(spec, account)))
+
+
+def with_account(plan: JobPlan, spec: JobSpec, account: AccountView) -> JobPlan:
+    """The plan with the account's word on each option: its quota, what is in use, its warnings."""
+    said = {option.instance_type: option for option in option_accounts(spec, account)}
+    options = tuple(
+        dataclasses.replace(option, account=said[option.instance_type].note, account_warnings=said[option.instance_type].warnings)
+        for option in plan.options
+    )
+    return dataclasses.replace(plan, options=options)
 
 
 def planned(spec: JobSpec, resolution: Resolution | None = None) -> tuple[JobSpec, Resolution, JobPlan]:

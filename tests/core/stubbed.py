@@ -43,3 +43,24 @@ def stubbed_clients(monkeypatch, environment: Mapping[str, str], services: tuple
             stubber.assert_no_pending_responses()
     finally:
         use_client_factory(None)
+
+
+# The services Validate reads the account from (trainstack/account.py), and what a healthy account answers.
+ACCOUNT_SERVICES = ("service-quotas", "sagemaker", "ec2")
+
+
+def account_answers(stubbers: Mapping[str, Stubber], instance_type: str = "ml.p4d.24xlarge", quota: float = 8) -> None:
+    """Validate's reads of the account, in their order: the type's quotas, the training jobs in
+    progress (none), EC2's offerings of the type and the training subnet's AZ (one that offers it)."""
+    listed = [
+        {"ServiceCode": "sagemaker", "QuotaName": f"{instance_type} for {use}", "QuotaCode": f"L-{index:08X}", "Value": quota}
+        for index, use in enumerate(("training job usage", "spot training job usage", "training warm pool usage"))
+    ]
+    stubbers["service-quotas"].add_response("list_service_quotas", {"Quotas": listed}, {"ServiceCode": "sagemaker"})
+    stubbers["sagemaker"].add_response("list_training_jobs", {"TrainingJobSummaries": []}, {"StatusEquals": "InProgress"})
+    ec2_name = instance_type.removeprefix("ml.")
+    stubbers["ec2"].add_response(
+        "describe_instance_type_offerings",
+        {"InstanceTypeOfferings": [{"InstanceType": ec2_name, "LocationType": "availability-zone-id", "Location": "use1-az4"}]},
+    )
+    stubbers["ec2"].add_response("describe_subnets", {"Subnets": [{"SubnetId": "subnet-1", "AvailabilityZoneId": "use1-az4"}]})

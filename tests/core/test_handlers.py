@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.core.specs import DDP
-from tests.core.stubbed import ENVIRONMENT, stubbed_clients
+from tests.core.stubbed import ACCOUNT_SERVICES, ENVIRONMENT, account_answers, stubbed_clients
 from trainstack import facts
 from trainstack.errors import CapacityUnavailableError, ControlPlaneError, SpecInvalidError
 from trainstack.handlers import create, describe, notify, stop, validate
@@ -25,7 +25,7 @@ from trainstack.workflow import run_deadline_seconds
 
 @pytest.fixture
 def stubbed(monkeypatch):
-    with stubbed_clients(monkeypatch, ENVIRONMENT, ("sagemaker", "sns", "s3")) as stubbers:
+    with stubbed_clients(monkeypatch, ENVIRONMENT, ("sns", "s3", *ACCOUNT_SERVICES)) as stubbers:
         yield stubbers
 
 
@@ -280,6 +280,7 @@ def test_validate_carries_the_resolution_it_computed_and_create_builds_from_it_w
     import trainstack.rules
 
     spec = {**DDP, "inputs": {}, "spot": {"enabled": False}}
+    account_answers(stubbed)
     validated = validate.handler(_inline(spec))
     assert Resolution.from_json(validated["resolution"]) == resolve(parse_spec(validated["spec"]))
     monkeypatch.setattr(trainstack.rules, "checked", lambda *args: pytest.fail("Create checked the rules again"))
@@ -295,6 +296,7 @@ def test_validate_carries_the_resolution_it_computed_and_create_builds_from_it_w
 def test_validate_gives_the_run_a_deadline_its_spec_allows(stubbed):
     spec = {**DDP, "inputs": {}, "spot": {"enabled": False}, "max_runtime": "2h"}
     started = datetime.now(UTC)
+    account_answers(stubbed)
     result = validate.handler(_inline(spec))
     deadline = datetime.strptime(result["deadline"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     expected = run_deadline_seconds(parse_spec(spec), 1)
@@ -311,10 +313,28 @@ def test_validate_refuses_a_sweep_that_could_outlast_an_execution(stubbed):
         "spot": {"enabled": False},
         "sweep": {"max_concurrency": 1, "trials": trials},
     }
+    account_answers(stubbed)
     with pytest.raises(
         SpecInvalidError, match=r"sweep = 20 trials at max_concurrency 1 may take up to \d+ days.*raise max_concurrency"
     ):
         validate.handler(_inline(spec))
+
+
+def test_validate_refuses_a_spec_the_accounts_quota_never_lets_start_naming_the_increase(stubbed):
+    account_answers(stubbed, quota=0)
+    with pytest.raises(SpecInvalidError, match=r"quota 'ml.p4d.24xlarge for training job usage' is 0 .*--quota-code L-00000000"):
+        validate.handler(_inline({**DDP, "inputs": {}, "spot": {"enabled": False}}))
+
+
+def test_validate_launches_with_a_warning_where_the_quotas_may_not_be_read(stubbed, capsys):
+    stubbed["service-quotas"].add_client_error("list_service_quotas", service_error_code="AccessDeniedException")
+    stubbed["sagemaker"].add_response("list_training_jobs", {"TrainingJobSummaries": []})
+    stubbed["ec2"].add_response("describe_instance_type_offerings", {"InstanceTypeOfferings": []})
+    stubbed["ec2"].add_response("describe_subnets", {"Subnets": [{"SubnetId": "subnet-1", "AvailabilityZoneId": "use1-az4"}]})
+    result = validate.handler(_inline({**DDP, "inputs": {}, "spot": {"enabled": False}}))
+    (warning,) = result["warnings"]
+    assert warning.startswith("Service Quotas (the account's quotas: not checked): AccessDeniedException")
+    assert f"warning: {warning}" in capsys.readouterr().out  # in the function's log
 
 
 def test_notify_sends_final_metrics_duration_billable_seconds_cost_and_links(stubbed, capsys):

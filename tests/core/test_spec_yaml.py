@@ -10,7 +10,7 @@ import pytest
 import yaml
 from botocore.response import StreamingBody
 
-from tests.core.stubbed import ENVIRONMENT, stubbed_clients
+from tests.core.stubbed import ACCOUNT_SERVICES, ENVIRONMENT, account_answers, stubbed_clients
 from trainstack import yaml12
 from trainstack.handlers import validate
 from trainstack.spec import SpecError, load_spec
@@ -89,12 +89,13 @@ def test_a_syntax_error_is_one_line_with_where_the_parser_stopped():
 def test_the_validate_step_reads_an_uploaded_spec_as_yaml_1_2(monkeypatch):
     body = (BASE + "restarts: {on: [unknown]}\n").encode()
     trigger = {"detail": {"bucket": {"name": "b"}, "object": {"key": "jobs/x.yaml", "version-id": "v1"}}}
-    with stubbed_clients(monkeypatch, ENVIRONMENT, ("s3",)) as stubbed:
+    with stubbed_clients(monkeypatch, ENVIRONMENT, ("s3", *ACCOUNT_SERVICES)) as stubbed:
         stubbed["s3"].add_response(
             "get_object",
             {"Body": StreamingBody(io.BytesIO(body), len(body))},
             {"Bucket": "b", "Key": "jobs/x.yaml", "VersionId": "v1"},
         )
+        account_answers(stubbed, instance_type="ml.g5.12xlarge")
         result = validate.handler({"input": trigger, "execution": "e"})
 
     assert result["spec"]["restarts"]["on"] == ["unknown"]

@@ -237,6 +237,40 @@ def test_job_name_prefix_follows_the_name_prefix_setting():
     assert "training-job/team-a-*" in json.dumps(statements)
 
 
+def _role_statements(stack, role_prefix: str) -> list[dict]:
+    return [
+        s
+        for k, p in stack.resources("AWS::IAM::ManagedPolicy").items()
+        if k.startswith(role_prefix)
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+ACCOUNT_READS = {
+    "servicequotas:ListServiceQuotas",
+    "sagemaker:ListTrainingJobs",
+    "ec2:DescribeInstanceTypeOfferings",
+    "ec2:DescribeSubnets",
+}
+
+
+def test_validate_reads_the_accounts_quotas_jobs_in_progress_and_offerings_and_may_change_none(default_stack):
+    statements = _role_statements(default_stack, "PipelineValidateRole")
+    actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert ACCOUNT_READS | {"sagemaker:DescribeTrainingJob"} <= actions
+    assert not any(
+        a.startswith(("servicequotas:Request", "servicequotas:Put", "ec2:Create", "sagemaker:Create")) for a in actions
+    )
+    (describe,) = [s for s in statements if s["Action"] == "sagemaker:DescribeTrainingJob"]
+    assert describe["Resource"]["Fn::Join"][1][-1] == ":training-job/*"  # any job of the account, read only
+
+
+def test_only_validate_reads_the_account(default_stack):
+    for role in ("PipelineCreateRole", "PipelineDescribeRole", "PipelineNotifyRole", "PipelineStopRole"):
+        found = json.dumps(_role_statements(default_stack, role))
+        assert not any(action in found for action in ACCOUNT_READS - {"sagemaker:ListTrainingJobs"}), role
+
+
 @pytest.mark.gates
 def test_the_definition_passes_asl_validator(definition, tmp_path):
     npx = shutil.which("npx")

@@ -24,6 +24,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     # Imported on the call, not with the module: the spec model (pydantic) and the checks (rules,
     # planner, the training script's contract) are most of this package's import time
     # (tools/bench_lambda.py); the module's cold import leaves them to the first call.
+    from trainstack.account import read_account
     from trainstack.preflight import preflight
     from trainstack.rules import SpecRejectedError
     from trainstack.spec import SpecError, parse_spec
@@ -37,9 +38,12 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     try:
         spec = parse_spec(data)
         stack = environment().stack
-        checked = preflight(spec, lambda uri: count_objects(client("s3"), uri), stack.region, stack)
+        account = read_account(client, stack.region, spec.capacity_options, stack.subnet_ids)
+        checked = preflight(spec, lambda uri: count_objects(client("s3"), uri), stack.region, stack, account)
     except (SpecError, SpecRejectedError) as error:
         raise SpecInvalidError(f"{trigger.spec_key or 'inline spec'}: " + "; ".join(map(str, error.problems))) from None
+    for warning in checked.warnings:  # the function's log: what the job will meet, or what was not checked
+        print(f"warning: {warning}")
     runs = trials(spec)
     seconds = run_deadline_seconds(spec, len(runs))
     if seconds > STEP_FUNCTIONS_MAX_SECONDS:
@@ -57,6 +61,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         "max_concurrency": max_concurrency(spec),
         "deadline": deadline(datetime.now(UTC), seconds),
         "plan": checked.plan.to_json(),
+        "warnings": list(checked.warnings),
         "resolution": checked.resolution.to_json(),  # Create builds the request from it: resolved once
     }
 

@@ -63,12 +63,14 @@ class OptionPlan:
     suggestion: Change | None
     note: str | None = None  # why nothing was planned (a CPU or Trainium type, a classifier)
     checkpoint: CheckpointWrite | None = None
+    account: str = ""  # the account's quota for it and what is in use (rules/account.py); "" where not read
+    account_warnings: tuple[str, ...] = ()
 
     @property
     def warnings(self) -> tuple[str, ...]:
         """What the plan warns of without refusing the job."""
         warning = self.checkpoint.warning if self.checkpoint else None
-        return (warning,) if warning else ()
+        return ((warning,) if warning else ()) + self.account_warnings
 
     @property
     def fits(self) -> bool:
@@ -267,6 +269,8 @@ def _option_json(option: OptionPlan) -> dict[str, Any]:
     result: dict[str, Any] = {"instance_type": option.instance_type, "field": option.field, "fits": option.fits}
     if option.note:
         result["note"] = option.note
+    if option.account:
+        result["account"] = option.account
     if option.layout:
         layout = option.layout
         result["layout"] = {
