@@ -15,9 +15,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from trainstack.service_jobs import DISPATCHED, FRONT_OF_QUEUE_LENGTH
+from trainstack.service_jobs import DISPATCHED, FRONT_OF_QUEUE_LENGTH, RUNNABLE
 
-RUNNABLE = "RUNNABLE"
 # Batch reports times as Unix milliseconds, but the user guide's samples show seconds: a value below
 # this (the year 5138 in seconds, 1973 in milliseconds) is read as seconds.
 MILLISECONDS_FROM = 10**11

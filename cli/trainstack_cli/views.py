@@ -11,10 +11,10 @@ from rich.text import Text
 
 from trainstack.billing import cost_basis
 from trainstack.run_report import job_links
-from trainstack.service_jobs import CAPACITY_UNIT
+from trainstack.service_jobs import CAPACITY_UNIT, RUNNABLE
 from trainstack.workflow import NOT_STARTED
 from trainstack_cli.runs import QUEUED_STATUS, RunView, StopView, TrialView
-from trainstack_cli.team_queue import RUNNABLE, QueueView, ServiceJobView
+from trainstack_cli.team_queue import QueueView, ServiceJobView
 from trainstack_contract.metric_lines import CHECKPOINT_STEP, LOSS, STEP, TOKENS_PER_SEC
 
 STATUS_STYLES = {

@@ -17,8 +17,10 @@ from typing import Any
 from trainstack_contract.job_names import BATCH_TRAINING_JOB_PREFIX
 
 SERVICE_JOB_TYPE = "SAGEMAKER_TRAINING"
+# Ready, waiting for its turn and the instances: the jobs GetJobQueueSnapshot lists are these.
+RUNNABLE = "RUNNABLE"
 # Statuses with no training job yet (the SageMaker SDK's `_no_training_job_status` agrees).
-QUEUED = ("SUBMITTED", "PENDING", "RUNNABLE")
+QUEUED = ("SUBMITTED", "PENDING", RUNNABLE)
 # Dispatched to SageMaker: the training job exists (InProgress, its secondary status Pending,
 # Downloading, then Training or Uploading).
 DISPATCHED = ("SCHEDULED", "STARTING", "RUNNING")
