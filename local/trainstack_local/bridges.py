@@ -18,12 +18,15 @@ duration of `moto_bridges()` only:
 - Faults: `ApiFaults.inject(service, action, code)` makes the next calls of one API action fail as
   AWS reports that error (throttling, a 5xx, access denied, an SNS refusal), a number of times or for
   a while, with the HTTP status AWS gives it, for the failure scenarios.
-- SageMaker: CreateTrainingJob refuses a duplicate name and an image missing from the region, as
-  the real API does, keeps the request's Environment and MlflowConfig (moto drops both; Describe
+- SageMaker: CreateTrainingJob refuses a duplicate name, an image missing from the region and a
+  job past the account's quota (ResourceLimitExceeded, worded as SageMaker words it), as the real API
+  does, keeps the request's Environment and MlflowConfig (moto drops both; Describe
   returns them, and the MlflowDetails the twin finds once the job ends) and MetricDefinitions (moto
   replaces them with a sample's) and hands the job to the
   twin; StopTrainingJob (moto has none) asks the twin to stop it; CreatePresignedMlflowTrackingServerUrl
   (moto has none) answers the twin's MLflow server's URL for its name, ResourceNotFound otherwise.
+- Service Quotas: moto lists only VPC's; SageMaker's are the twin account's (account_twin.py):
+  ListServiceQuotas, GetServiceQuota, and RequestServiceQuotaIncrease, granted at once.
 - Batch: moto has no service jobs and cannot create a SAGEMAKER_TRAINING job queue; the service
   environment and service job actions (`/v1/<action>` paths and their BatchResponse methods), and
   CreateJobQueue / DescribeJobQueues for that queue type, go to the Batch twin (batch_twin.py), which
@@ -51,6 +54,8 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
+from trainstack.account import SERVICE_CODE, SPOT, TRAINING, quota_name
+from trainstack_local.account_twin import TwinAccount
 from trainstack_local.batch_twin import OPERATIONS, SERVICE_JOB_TYPE, BatchClientError, BatchTwin
 from trainstack_local.registry import ImageNotFoundError
 from trainstack_local.sagemaker_twin import SageMakerTwin
@@ -127,9 +132,10 @@ class ApiFaults:
             return fault.code, fault.message
 
 
-def _injected_fault(code: str, message: str) -> Exception:
-    """An AWS error as moto serializes its own, in the protocol of the service that raised it. The
-    class lives outside moto's packages, so moto reads its shape from that service's model only."""
+def _service_error(code: str, message: str) -> Exception:
+    """An AWS error as moto serializes its own, in the protocol of the service that raised it (an
+    injected fault, or what the twin refuses that moto does not). The class lives outside moto's
+    packages, so moto reads its shape from that service's model only."""
     from moto.core.exceptions import ServiceException
 
     fault = type("InjectedFault", (ServiceException,), {"__module__": __name__})
@@ -137,7 +143,9 @@ def _injected_fault(code: str, message: str) -> Exception:
 
 
 @contextmanager
-def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaults, batch: BatchTwin) -> Iterator[None]:
+def moto_bridges(
+    twin: SageMakerTwin, region: str, account: str, faults: ApiFaults, batch: BatchTwin, quotas: TwinAccount
+) -> Iterator[None]:
     from moto.awslambda_simple.models import LambdaSimpleBackend
     from moto.batch import urls as batch_urls
     from moto.batch.exceptions import ClientException
@@ -147,6 +155,7 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
     from moto.events.models import Rule, events_backends
     from moto.sagemaker.exceptions import ResourceNotFound, ValidationError
     from moto.sagemaker.responses import SageMakerResponse
+    from moto.servicequotas.responses import ServiceQuotasResponse
     from moto.stepfunctions.models import StepFunctionBackend
     from moto.stepfunctions.parser.api import ExecutionStatus
     from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
@@ -162,7 +171,9 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
         (BaseResponse, "call_action"): BaseResponse.call_action,
         (BatchResponse, "createjobqueue"): BatchResponse.createjobqueue,
         (BatchResponse, "describejobqueues"): BatchResponse.describejobqueues,
+        (ServiceQuotasResponse, "get_service_quota"): ServiceQuotasResponse.get_service_quota,
     }
+    get_service_quota = ServiceQuotasResponse.get_service_quota
     create_job_queue = BatchResponse.createjobqueue
     describe_job_queues = BatchResponse.describejobqueues
     call_action = BaseResponse.call_action
@@ -237,6 +248,11 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
             image = twin.check_image(self._get_param("AlgorithmSpecification")["TrainingImage"])
         except ImageNotFoundError as error:
             raise ValidationError(str(error)) from None
+        refusal = _quota_refusal(
+            quotas, twin, self._get_param("ResourceConfig"), bool(self._get_param("EnableManagedSpotTraining"))
+        )
+        if refusal:
+            raise _service_error("ResourceLimitExceeded", refusal)
         specification = copy.deepcopy(self._get_param("AlgorithmSpecification"))  # moto rewrites it in place
         result = create_training_job(self)
         job = self.sagemaker_backend.training_jobs[name]
@@ -257,6 +273,50 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
 
     def presigned_mlflow_app_url(self: Any) -> Any:
         raise ResourceNotFound(f"MLflow App {self._get_param('Arn')} does not exist")  # the twin runs a tracking server
+
+    def list_service_quotas(self: Any) -> str:
+        """SageMaker's quotas are the twin account's; other services' are not emulated."""
+        params = json.loads(self.body or "{}")
+        if params.get("ServiceCode") != SERVICE_CODE:
+            raise _service_error("NoSuchResourceException", f"The twin emulates the quotas of {SERVICE_CODE} only.")
+        listed = quotas.quotas()
+        start = int(params.get("NextToken") or 0)
+        size = int(params.get("MaxResults") or 100)
+        answer: dict[str, Any] = {"Quotas": listed[start : start + size]}
+        if start + size < len(listed):
+            answer["NextToken"] = str(start + size)
+        return json.dumps(answer)
+
+    def get_quota(self: Any) -> str:
+        params = json.loads(self.body or "{}")
+        if params.get("ServiceCode") != SERVICE_CODE:
+            return get_service_quota(self)
+        quota = quotas.by_code(params.get("QuotaCode", ""))
+        if quota is None:
+            raise _service_error("NoSuchResourceException", f"The quota {params.get('QuotaCode')} does not exist.")
+        return json.dumps({"Quota": quota})
+
+    def request_increase(self: Any) -> str:
+        """Granted at once (AWS reviews each request, in minutes to days)."""
+        params = json.loads(self.body or "{}")
+        quota = (
+            quotas.grant(params.get("QuotaCode", ""), float(params.get("DesiredValue", 0)))
+            if params.get("ServiceCode") == SERVICE_CODE
+            else None
+        )
+        if quota is None:
+            raise _service_error("NoSuchResourceException", f"The quota {params.get('QuotaCode')} does not exist.")
+        requested = {key: quota[key] for key in ("ServiceCode", "ServiceName", "QuotaCode", "QuotaName", "QuotaArn", "Unit")}
+        return json.dumps(
+            {
+                "RequestedQuota": {
+                    **requested,
+                    "Id": uuid.uuid4().hex,
+                    "DesiredValue": params["DesiredValue"],
+                    "Status": "APPROVED",
+                }
+            }
+        )
 
     def stop_training_job(self: Any) -> Any:
         name = self._get_param("TrainingJobName")
@@ -343,7 +403,7 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
             return call_action(self)
         with warnings.catch_warnings():  # moto notes a common error (a 5xx) missing from the service's model
             warnings.simplefilter("ignore", UserWarning)
-            status, headers, body = self.serialized(ActionResult(_injected_fault(*fault)))  # as moto serializes errors
+            status, headers, body = self.serialized(ActionResult(_service_error(*fault)))  # as moto serializes errors
         headers["status"] = status = COMMON_ERROR_STATUS.get(fault[0], status)
         status, headers, body = self._transform_response(self.response_headers, (body, headers))
         return (status, *self._enrich_response(headers, body))
@@ -353,6 +413,9 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
     Rule.send_to_targets = send_to_targets
     SageMakerResponse.create_training_job = create
     SageMakerResponse.stop_training_job = stop_training_job
+    ServiceQuotasResponse.list_service_quotas = list_service_quotas
+    ServiceQuotasResponse.get_service_quota = get_quota
+    ServiceQuotasResponse.request_service_quota_increase = request_increase
     SageMakerResponse.create_presigned_mlflow_tracking_server_url = presigned_tracking_server_url
     SageMakerResponse.create_presigned_mlflow_app_url = presigned_mlflow_app_url
     StepFunctionBackend.stop_execution = stop
@@ -372,12 +435,35 @@ def moto_bridges(twin: SageMakerTwin, region: str, account: str, faults: ApiFaul
         for (owner, attribute), original in originals.items():
             setattr(owner, attribute, original)
         del SageMakerResponse.stop_training_job
+        del ServiceQuotasResponse.list_service_quotas
+        del ServiceQuotasResponse.request_service_quota_increase
         del SageMakerResponse.create_presigned_mlflow_tracking_server_url
         del SageMakerResponse.create_presigned_mlflow_app_url
         for path in batch_paths:
             del batch_urls.url_paths[path]
         for action in OPERATIONS:
             delattr(BatchResponse, action)
+
+
+def _quota_refusal(quotas: TwinAccount, twin: SageMakerTwin, config: dict[str, Any], spot: bool) -> str:
+    """SageMaker's ResourceLimitExceeded message where the job would take the account past its quota
+    for every type it may run on (each preference of InstancePreferences); "" where one has room."""
+    usage = SPOT if spot else TRAINING
+    count = int(config.get("InstanceCount") or 1)
+    types = [p["InstanceType"] for p in config.get("InstancePreferences") or []] or [config["InstanceType"]]
+    refusals = []
+    for instance_type in types:
+        name = quota_name(instance_type, usage)
+        value = quotas.value(name)
+        used = twin.instances_in_use(instance_type, spot)
+        if value is None or used + count <= value:
+            return ""
+        refusals.append(
+            f"The account-level service limit '{name}' is {value:g} Instances, with current utilization of {used} "
+            f"Instances and a request delta of {count} Instances. Please use AWS Service Quotas to request an increase "
+            "for this quota. If AWS Service Quotas is not available, contact AWS support to request an increase for this quota."
+        )
+    return refusals[0]
 
 
 def _function_log(function_name: str, text: str, region: str) -> None:

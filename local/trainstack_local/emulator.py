@@ -24,6 +24,7 @@ import boto3
 from trainstack.entrypoint import ENTRY_FILE
 from trainstack.handlers.environment import lambda_variables
 from trainstack.stack_context import DEAD_LETTER_OUTPUT, FIELDS, STOP_FUNCTION_OUTPUT, StackContext
+from trainstack_local.account_twin import TwinAccount
 from trainstack_local.batch_twin import BatchTwin
 from trainstack_local.bridges import ApiFaults, moto_bridges
 from trainstack_local.definition import function_logical_ids, render_definition
@@ -70,6 +71,7 @@ class LocalStack:
     outputs: dict[str, str] = field(default_factory=dict)
     faults: ApiFaults = field(default_factory=ApiFaults)  # errors to inject into the emulated AWS APIs
     batch: BatchTwin | None = None  # the emulated Batch service jobs (the team queue's)
+    account: TwinAccount | None = None  # the emulated account's quotas (account_twin.py)
 
     @property
     def context(self) -> StackContext:
@@ -119,12 +121,13 @@ def local_aws(
     # a user can run there (`image: project`: `hf:` models, MLflow tracking) runs here.
     images.register(PROJECT_IMAGE_URI, project_image(PROJECT_DOCKERFILE))
     twin = SageMakerTwin(workdir, images, region=REGION, settings=settings, feed=feed)
+    account = TwinAccount(twin.settings.account, REGION, ACCOUNT)
     batch = BatchTwin(twin, region=REGION, account=ACCOUNT)
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),
-        moto_bridges(twin, REGION, ACCOUNT, faults := ApiFaults(), batch),
+        moto_bridges(twin, REGION, ACCOUNT, faults := ApiFaults(), batch, account),
     ):
-        stack = LocalStack(faults=faults, batch=batch)
+        stack = LocalStack(faults=faults, batch=batch, account=account)
         try:
             _create_resources(template, stack, files, first_poll_seconds, mlflow_tracking_server_arn)
             yield stack, twin
@@ -150,6 +153,8 @@ def _create_resources(
     entry_key = f"{_sha256(files.container_entry)}.py"
     s3.upload_file(str(files.source_tarball), stack.assets_bucket, source_key)
     s3.upload_file(str(files.container_entry), stack.assets_bucket, entry_key)
+    assert stack.account is not None, "local_aws gives the stack its account"
+    network = _create_network(stack.account.settings.availability_zone_id)
     stack.topic_arn = boto3.client("sns", region_name=REGION).create_topic(Name="trainstack-local")["TopicArn"]
     role = boto3.client("iam", region_name=REGION).create_role(RoleName="trainstack-local", AssumeRolePolicyDocument="{}")[
         "Role"
@@ -159,8 +164,8 @@ def _create_resources(
         role_arn=role,
         artifacts_bucket=stack.artifacts_bucket,
         key_arn=f"arn:aws:kms:{REGION}:{ACCOUNT}:key/local",
-        subnet_ids=("subnet-local",),
-        security_group_ids=("sg-local",),
+        subnet_ids=(network["subnet"],),
+        security_group_ids=(network["security_group"],),
         source_s3_uri=f"s3://{stack.assets_bucket}/{source_key}",
         entry_s3_uri=f"s3://{stack.assets_bucket}/{entry_key}",
         mlflow_tracking_server_arn=mlflow_tracking_server_arn,
@@ -225,6 +230,15 @@ def _create_resources(
             pattern = pattern.replace(reference, value)
         events.put_rule(Name=logical_id, EventPattern=pattern)
         events.put_targets(Rule=logical_id, Targets=targets)
+
+
+def _create_network(availability_zone_id: str) -> dict[str, str]:
+    """The stack's training subnet in the account's AZ, and its security group, as EC2 describes them."""
+    ec2 = boto3.client("ec2", region_name=REGION)
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24", AvailabilityZoneId=availability_zone_id)["Subnet"]
+    group = ec2.create_security_group(GroupName="trainstack-training", Description="training jobs", VpcId=vpc)["GroupId"]
+    return {"subnet": subnet["SubnetId"], "security_group": group}
 
 
 def _create_queue(template: dict[str, Any]) -> dict[str, Any]:

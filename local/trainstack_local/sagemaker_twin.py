@@ -60,6 +60,7 @@ from trainstack.workflow import CAPACITY_FAILURE_MARKERS
 from trainstack_contract import fault_hooks
 from trainstack_contract.sigterm import SIGTERM_GRACE_SECONDS
 from trainstack_local import container, runtimes
+from trainstack_local.account_twin import AccountSettings
 from trainstack_local.event_feed import EventFeed
 from trainstack_local.hosts import Container, JobNetwork, host_names, remove_stale_networks, require_namespaces
 from trainstack_local.mlflow_server import TrackingServer
@@ -88,6 +89,8 @@ class TwinSettings:
     # Test-only variables every container gets (the training script's fault hooks, faults.py); a
     # spec cannot set them (Validate refuses TRAINSTACK_* names), so they exist only here.
     fault_hooks: tuple[tuple[str, str], ...] = ()
+    # The emulated account: its quotas and the training subnet's AZ (account_twin.py); a new account's by default.
+    account: AccountSettings = field(default_factory=AccountSettings)
 
 
 @dataclass(frozen=True)
@@ -601,6 +604,21 @@ class SageMakerTwin:
     def interrupt(self, job_name: str) -> None:
         """A spot interruption: SIGTERM to every host, SIGKILL after the grace, then a restart."""
         self.runs[job_name].requests.interrupt.set()
+
+    def instances_in_use(self, instance_type: str, spot: bool) -> int:
+        """What the account's jobs in progress hold of a type, on spot or on demand (its quotas count it)."""
+        held = 0
+        for run in list(self.runs.values()):
+            job = run.job
+            config = job.resource_config  # a job of InstancePreferences holds a type once SageMaker selected it
+            holds = config.get("SelectedInstanceType") or config.get("InstanceType")
+            if (
+                job.training_job_status == "InProgress"
+                and bool(job.enable_managed_spot_training) == spot
+                and holds == instance_type
+            ):
+                held += int(config.get("SelectedInstanceCount") or config["InstanceCount"])
+        return held
 
     def gpus(self, instance_type: str) -> int:
         """The processes a host of this type runs here: its GPUs, capped by the setting (CPU only)."""

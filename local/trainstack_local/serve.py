@@ -51,6 +51,7 @@ HOST = "127.0.0.1"
 # The services the emulated stack is made of, as botocore names them (their protocols come from botocore).
 SERVED_SERVICES = (
     "s3", "stepfunctions", "sagemaker", "logs", "cloudformation", "sns", "sqs", "events", "lambda", "iam", "sts", "batch",
+    "service-quotas", "ec2",
 )  # fmt: skip
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/\d{8}/[^/]+/([^/]+)/aws4_request")
 
