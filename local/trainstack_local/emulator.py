@@ -29,6 +29,7 @@ from trainstack_local.batch_twin import BatchTwin
 from trainstack_local.bridges import ApiFaults, moto_bridges
 from trainstack_local.definition import function_logical_ids, render_definition
 from trainstack_local.event_feed import EventFeed
+from trainstack_local.process_environment import TWIN_CREDENTIALS
 from trainstack_local.registry import ImageRegistry, project_image, project_image_uri
 from trainstack_local.sagemaker_twin import SageMakerTwin, TwinSettings
 
@@ -37,9 +38,7 @@ TRAINING = ROOT / "training"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 LOCAL_ENVIRONMENT = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
+    **TWIN_CREDENTIALS,
     "AWS_DEFAULT_REGION": REGION,
     "AWS_REGION": REGION,
     "AWS_EC2_METADATA_DISABLED": "true",
