@@ -13,9 +13,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from trainstack_cli.operate import read_spec
 from trainstack_cli.operate_command import follow
+from trainstack_cli.run_reading import read_run
+from trainstack_cli.spec_file import read_spec
 from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_NO_STACK, EXIT_OK, EXIT_RUN_FAILED, CliError, Stack, find_stack
+from trainstack_cli.submit import submit
 from trainstack_cli.views import console as cli_console
 from trainstack_cli.views import duration
 
@@ -58,13 +60,11 @@ def run(args: argparse.Namespace) -> int:
     with serve(template, workdir) as (served, _, twin):
         console.print(f"trainstack local: MLflow tracking server at {served.tracking.url}")
         stack = find_stack(None, served.outputs_file, None, None)  # in-process: moto answers without HTTP
-        from trainstack_cli import operate
-
-        name = operate.submit(stack, spec, args.source)
+        name = submit(stack, spec, args.source)
         console.print(f"trainstack local: {spec.name} submitted to the emulated stack: run {name}")
         view = follow(stack, name, console)
         twin.wait()
-        view = operate.read_run(stack, name)
+        view = read_run(stack, name)
         console.print(f"run {view.name}: {view.status}" + (f" ({view.cause})" if view.cause else ""))
         for trial in view.trials:
             loss = trial.metrics.get("train:loss")

@@ -32,9 +32,9 @@ from trainstack.rules import SpecRejectedError
 from trainstack.s3uri import count_objects
 from trainstack.spec import SpecError, json_schema, parse_spec
 from trainstack.stack_context import DEAD_LETTER_OUTPUT, STOP_FUNCTION_OUTPUT, StackContext
-from trainstack_cli.operate import read_spec
 from trainstack_cli.operate_command import operate_command
 from trainstack_cli.redrive import redrive
+from trainstack_cli.spec_file import read_spec
 from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_CODES, OUTPUTS_VARIABLE, STACK_VARIABLE, CliError, find_stack, read_outputs
 
 PLACEHOLDER = "PLACEHOLDER"

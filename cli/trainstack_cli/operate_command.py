@@ -11,9 +11,13 @@ from typing import Any
 from rich.console import Console, RenderableType
 from rich.live import Live
 
-from trainstack_cli import operate
+from trainstack_cli.logs import follow_logs
+from trainstack_cli.queue_reading import read_queue
+from trainstack_cli.run_reading import list_runs, read_run, watch
 from trainstack_cli.runs import RunView
 from trainstack_cli.stack import EXIT_OK, EXIT_RUN_FAILED, Stack
+from trainstack_cli.stop import stop
+from trainstack_cli.submit import resume, submit
 from trainstack_cli.views import console as cli_console
 from trainstack_cli.views import live_line, queue_table, runs_table, status_view, stopped_view
 
@@ -21,10 +25,7 @@ from trainstack_cli.views import live_line, queue_table, runs_table, status_view
 def operate_command(args: argparse.Namespace, stack: Stack) -> int:
     console = cli_console()
     if args.command in ("submit", "resume"):
-        if args.command == "submit":
-            name = operate.submit(stack, args.spec, args.source, args.inline)
-        else:
-            name = operate.resume(stack, args.run)
+        name = submit(stack, args.spec, args.source, args.inline) if args.command == "submit" else resume(stack, args.run)
         if not args.wait:
             print(json.dumps({"run": name}) if args.json else f"run {name} started on stack {stack.name}")
             return EXIT_OK
@@ -32,21 +33,21 @@ def operate_command(args: argparse.Namespace, stack: Stack) -> int:
             console.print(f"run {name} started on stack {stack.name}")
         return exit_code(follow(stack, name, console, quiet=args.json), console, args.json)
     if args.command == "runs":
-        runs = operate.list_runs(stack, args.limit)
+        runs = list_runs(stack, args.limit)
         return _show(console, args.json, [r.to_json() for r in runs], lambda: runs_table(runs))
     if args.command == "status":
-        run = operate.read_run(stack, args.run, with_mlflow_ui=True)
+        run = read_run(stack, args.run, with_mlflow_ui=True)
         return _show(console, args.json, run.to_json(), lambda: status_view(run))
     if args.command == "logs":
-        for line in operate.follow_logs(stack, args.run, args.trial, args.host, args.follow):
+        for line in follow_logs(stack, args.run, args.trial, args.host, args.follow):
             record = {"stream": line.stream, "message": line.message}
             print(json.dumps(record) if args.json else line.message, flush=args.follow)
         return EXIT_OK
     if args.command == "stop":
-        stopped = operate.stop(stack, args.run)
+        stopped = stop(stack, args.run)
         return _show(console, args.json, stopped.to_json(), lambda: stopped_view(stopped))
     if args.command == "queue":
-        queue = operate.queue(stack)
+        queue = read_queue(stack)
         return _show(console, args.json, queue.to_json(), lambda: queue_table(queue))
     raise ValueError(args.command)
 
@@ -63,10 +64,10 @@ def _show(console: Console, as_json: bool, data: Any, view: Callable[[], Rendera
 def follow(stack: Stack, name: str, console: Console, quiet: bool = False) -> RunView:
     """Watch the run to its end; a live line on a terminal, one line per change elsewhere."""
     if quiet:
-        return operate.watch(stack, name, lambda view: None)
+        return watch(stack, name, lambda view: None)
     if console.is_terminal:
         with Live(console=console, refresh_per_second=2, transient=False) as live:
-            return operate.watch(stack, name, lambda view: live.update(live_line(view)))
+            return watch(stack, name, lambda view: live.update(live_line(view)))
     last: list[str] = []
 
     def changed(view: RunView) -> None:
@@ -75,7 +76,7 @@ def follow(stack: Stack, name: str, console: Console, quiet: bool = False) -> Ru
             console.print(line, soft_wrap=True)
         last[:] = [line]
 
-    return operate.watch(stack, name, changed)
+    return watch(stack, name, changed)
 
 
 def exit_code(run: RunView, console: Console, as_json: bool) -> int:

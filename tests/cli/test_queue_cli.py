@@ -19,8 +19,10 @@ import yaml
 
 from tests.synth import synthesize
 from trainstack.polling import poll_until
-from trainstack_cli import operate
+from trainstack_cli.logs import follow_logs
 from trainstack_cli.main import main
+from trainstack_cli.queue_reading import read_queue
+from trainstack_cli.run_reading import list_runs, read_run
 from trainstack_cli.runs import (
     QUEUED_STATUS,
     JobRecord,
@@ -32,6 +34,8 @@ from trainstack_cli.runs import (
     trial_view,
 )
 from trainstack_cli.stack import EXIT_UNKNOWN_RUN, CliError, Stack, find_stack
+from trainstack_cli.stop import stop
+from trainstack_cli.submit import submit
 from trainstack_cli.team_queue import FRONT_OF_QUEUE_LENGTH, batch_time, queue_view, service_job_view
 from trainstack_cli.views import console, live_line, queue_table, runs_table, status_view, stopped_view
 from trainstack_local.emulator import REGION, local_aws, training_files
@@ -339,9 +343,10 @@ def test_a_job_not_yet_runnable_waits_without_a_position(status):
 
 
 # -- against the twin: the pipeline submits to the emulated queue, the CLI reads it back ------------
-# The commands' own functions (operate.py), called in this process where moto answers: the emulated
-# functions redirect the process's stdout into their logs while they run, so what `main` prints here
-# could land in a function's log; the views print what these functions return (tested above).
+# The commands' own functions (submit.py, run_reading.py, logs.py, stop.py, queue_reading.py), called
+# in this process where moto answers: the emulated functions redirect the process's stdout into their
+# logs while they run, so what `main` prints here could land in a function's log; the views print
+# what these functions return (tested above).
 SHARES = "research:1,prod:1"  # as `-c queue_shares=...` gives them: in this order, research the default
 DATA = "s3://trainstack-local-trigger/datasets/sample/"
 LONG = {"model": "gpt-tiny", "max_steps": 100_000, "log_every": 1, "seed": 0}  # trains until stopped
@@ -367,12 +372,12 @@ class QueueStack:
         }
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(spec))
-        return operate.submit(self.stack, path, inline=True)
+        return submit(self.stack, path, inline=True)
 
     def trial(self, run: str, done: Callable[[TrialView], bool], timeout: float = 120) -> TrialView:
         """The run's one trial once `done` holds for it, as `trainstack status` reads it."""
         view = poll_until(
-            lambda: operate.read_run(self.stack, run), lambda v: len(v.trials) == 1 and done(v.trials[0]), timeout=timeout,
+            lambda: read_run(self.stack, run), lambda v: len(v.trials) == 1 and done(v.trials[0]), timeout=timeout,
             interval=0.5, what=f"the trial of run {run} to get there",
         )  # fmt: skip
         return view.trials[0]
@@ -409,7 +414,7 @@ def test_status_and_runs_show_a_queued_trial_with_its_batch_state_share_priority
 
     assert (trial.status, trial.secondary_status, trial.training_job_name) == (QUEUED_STATUS, "RUNNABLE", "")
     assert (trial.queue.share, trial.queue.priority, trial.queue.position) == ("research", 9000, 1)
-    runs = operate.list_runs(team_queue.stack, 10)
+    runs = list_runs(team_queue.stack, 10)
     (listed,) = [run for run in runs if run.name == waiting]
     assert listed.to_json()["trials"][0]["queue"]["position"] == 1
     assert "Queued (RUNNABLE, share research, priority 9000, position 1)" in " ".join(printed(runs_table(runs)).split())
@@ -427,16 +432,16 @@ def test_logs_of_a_queued_run_wait_for_dispatch_then_come_from_the_training_job_
     team_queue.trial(run, lambda t: batch_status(t) == "RUNNABLE")
 
     with pytest.raises(CliError) as queued:
-        list(operate.follow_logs(team_queue.stack, run, None, None, follow=False))
+        list(follow_logs(team_queue.stack, run, None, None, follow=False))
     with ThreadPoolExecutor(1) as pool:  # `logs --follow` started while the job waits
-        following = pool.submit(lambda: list(operate.follow_logs(team_queue.stack, run, None, None, follow=True, interval=0.5)))
-        operate.stop(team_queue.stack, blocker)
+        following = pool.submit(lambda: list(follow_logs(team_queue.stack, run, None, None, follow=True, interval=0.5)))
+        stop(team_queue.stack, blocker)
         trial = team_queue.trial(run, lambda t: (t.status, t.queue.status) == ("Completed", "SUCCEEDED"), timeout=300)
         followed = [line.message for line in following.result(timeout=60)]
 
     assert queued.value.exit_code == EXIT_UNKNOWN_RUN and "\n" not in str(queued.value)
     assert "waits in the team queue (RUNNABLE, share research, position 1)" in str(queued.value)
-    logs = [line.message for line in operate.follow_logs(team_queue.stack, run, None, None, follow=False)]
+    logs = [line.message for line in follow_logs(team_queue.stack, run, None, None, follow=False)]
     assert [line.split()[0] for line in logs if line.startswith("step=")] == ["step=2", "step=4", "step=6"]
     assert followed == logs
     assert trial.metrics["train:step"] == 6 and trial.billable_seconds >= 1  # metrics from the AWSBatch job's log
@@ -450,7 +455,7 @@ def test_stop_terminates_a_queued_runs_service_job_so_it_never_gets_a_training_j
     waiting = team_queue.submit(tmp_path, "waiting", share="research")
     queued = team_queue.trial(waiting, lambda t: batch_status(t) == "RUNNABLE")
 
-    stopped = operate.stop(team_queue.stack, waiting)
+    stopped = stop(team_queue.stack, waiting)
 
     (terminated,) = stopped.terminated
     assert (terminated.job_name, terminated.status, terminated.position) == (queued.job_name, "RUNNABLE", 1)
@@ -469,7 +474,7 @@ def test_stop_terminates_a_queued_runs_service_job_so_it_never_gets_a_training_j
 def test_stop_terminates_a_dispatched_queued_job_and_batch_stops_its_training_job(team_queue, tmp_path):
     blocker, running = running_blocker(team_queue, tmp_path)
 
-    stopped = operate.stop(team_queue.stack, blocker)
+    stopped = stop(team_queue.stack, blocker)
 
     (terminated,) = stopped.terminated
     assert (terminated.job_name, terminated.status) == (running.job_name, "RUNNING")
@@ -486,7 +491,7 @@ def test_queue_lists_each_shares_jobs_in_dispatch_order_with_the_capacity_each_s
     for run in (researching, producing):
         team_queue.trial(run, lambda t: batch_status(t) == "RUNNABLE")
 
-    view = operate.queue(team_queue.stack)
+    view = read_queue(team_queue.stack)
 
     shares = {share.share: share for share in view.shares}
     assert list(shares) == ["research", "prod"]

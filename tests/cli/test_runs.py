@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 from trainstack import facts
 from trainstack.identity import Run
 from trainstack.run_report import mlflow_ui_call
-from trainstack_cli.operate import mlflow_ui_link
+from trainstack_cli.run_reading import mlflow_ui_link
 from trainstack_cli.runs import RunView, latest_metrics, position, run_identity, run_view, trial_index, trial_view
 from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_NO_STACK, CliError, aws_errors, find_stack
 from trainstack_cli.views import console, runs_table, status_view

@@ -1,0 +1,86 @@
+"""`trainstack runs` and `trainstack status`: runs read back from the stack, and watched to their end
+(`submit --wait`, `local run`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from trainstack.layout import TRAINING_JOB_LOG_GROUP
+from trainstack.run_report import mlflow_ui_call
+from trainstack_cli.executions import describe_execution, execution_history, front_of_team_queue, trial_jobs
+from trainstack_cli.logs import streams
+from trainstack_cli.runs import RunView, latest_metrics, run_view, trial_of
+from trainstack_cli.stack import Stack, aws_errors
+
+METRIC_LOG_EVENTS = 2000  # the newest lines of a host's log that `status` scans for metrics
+
+
+def read_run(stack: Stack, run: str, with_metrics: bool = True, with_mlflow_ui: bool = False) -> RunView:
+    with aws_errors(f"stack {stack.name}"):
+        execution = describe_execution(stack, run)
+        history = execution_history(stack, execution)
+        now = datetime.now(UTC)
+        jobs = trial_jobs(stack, execution, history)
+        front = front_of_team_queue(stack, jobs)
+        trials = []
+        for job in jobs:
+            metrics = _job_metrics(stack, job.training) if with_metrics and job.training else {}
+            trial = trial_of(job, now, front, metrics)
+            if with_mlflow_ui and job.training:
+                trial = replace(trial, mlflow_ui=mlflow_ui_link(stack, job.training))
+            trials.append(trial)
+        return run_view(execution, history, trials, now)
+
+
+def mlflow_ui_link(stack: Stack, description: dict[str, Any]) -> str:
+    """A signed-in link to the MLflow UI of the job's tracking server, made with the caller's own
+    permission; "" for an untracked job, and where it cannot be made (no permission, or an endpoint
+    without the API, as the twin's moto): the run's reference still says where it is."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    call = mlflow_ui_call(description)
+    if call is None:
+        return ""
+    method, arguments = call
+    try:
+        return getattr(stack.client("sagemaker"), method)(**arguments)["AuthorizedUrl"]
+    except (ClientError, BotoCoreError):
+        return ""
+
+
+def list_runs(stack: Stack, limit: int) -> list[RunView]:
+    with aws_errors(f"stack {stack.name}"):
+        summaries = stack.client("stepfunctions").list_executions(stateMachineArn=stack.state_machine_arn, maxResults=limit)[
+            "executions"
+        ]
+    return [
+        read_run(stack, s["executionArn"], with_metrics=False)
+        for s in sorted(summaries, key=lambda s: s["startDate"], reverse=True)
+    ]
+
+
+def _job_metrics(stack: Stack, job: dict[str, Any]) -> dict[str, float]:
+    definitions = job.get("AlgorithmSpecification", {}).get("MetricDefinitions") or []
+    if not definitions:
+        return {}
+    found = streams(stack, job["TrainingJobName"], "algo-1")
+    if not found:
+        return {}
+    events = stack.client("logs").get_log_events(
+        logGroupName=TRAINING_JOB_LOG_GROUP, logStreamName=found[-1], startFromHead=False, limit=METRIC_LOG_EVENTS
+    )["events"]
+    return latest_metrics(definitions, (e["message"] for e in events))
+
+
+def watch(stack: Stack, run: str, show: Callable[[RunView], None], interval: float = 2.0) -> RunView:
+    """Read the run every `interval` seconds, show it, until the execution ends."""
+    while True:
+        view = read_run(stack, run)
+        show(view)
+        if view.status != "RUNNING":
+            return view
+        time.sleep(interval)
