@@ -3,6 +3,7 @@ job runs."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
+from trainstack.polling import poll_until
 from trainstack.workflow import RUNNING
 from trainstack_cli.executions import describe_execution, execution_history, front_of_team_queue, trial_jobs
 from trainstack_cli.runs import trial_index
@@ -46,17 +48,22 @@ def follow_logs(
 ) -> Iterator[LogLine]:
     """Every line of the trial's (latest) job, per stream in order; with `follow`, until the job ends,
     first waiting for the run to create it (or for Batch to start it) while the run goes on."""
+
+    def job_with_a_log() -> str | None:
+        execution = describe_execution(stack, run)
+        try:
+            return _job_with_a_log(stack, run, execution, trial)
+        except CliError:
+            if not follow or execution["status"] != "RUNNING":
+                raise
+        return None
+
     with aws_errors(f"stack {stack.name}"):
-        while True:
-            execution = describe_execution(stack, run)
-            try:
-                job_name = _job_with_a_log(stack, run, execution, trial)
-                break
-            except CliError:
-                if not follow or execution["status"] != "RUNNING":
-                    raise
-            time.sleep(interval)
+        # No deadline: a job waits in the team queue, or for its trial, as long as the run goes on.
+        job_name = poll_until(job_with_a_log, timeout=math.inf, interval=interval, what=f"a job of run {run} with a log")
         tokens: dict[str, str] = {}
+        # Not poll_until: each pass yields the lines it found as it finds them, which one call that
+        # returns at the end could not.
         while True:
             for stream in streams(stack, job_name, host):
                 yield from _new_lines(stack, stream, tokens)

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
+from trainstack.polling import poll_until
 from trainstack.run_report import mlflow_ui_call
 from trainstack_cli.executions import describe_execution, execution_history, front_of_team_queue, trial_jobs
 from trainstack_cli.logs import streams
@@ -78,9 +79,13 @@ def _job_metrics(stack: Stack, job: dict[str, Any]) -> dict[str, float]:
 
 def watch(stack: Stack, run: str, show: Callable[[RunView], None], interval: float = 2.0) -> RunView:
     """Read the run every `interval` seconds, show it, until the execution ends."""
-    while True:
+
+    def shown() -> RunView:
         view = read_run(stack, run)
         show(view)
-        if view.status != "RUNNING":
-            return view
-        time.sleep(interval)
+        return view
+
+    # No deadline: the run's own (its jobs' max_runtime, the state machine's) ends it.
+    return poll_until(
+        shown, lambda view: view.status != "RUNNING", timeout=math.inf, interval=interval, what=f"the end of run {run}"
+    )

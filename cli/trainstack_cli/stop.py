@@ -3,10 +3,12 @@ to end."""
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 from typing import Any
 
+from trainstack.polling import poll_until
 from trainstack.service_jobs import ACTIVE
 from trainstack.stopping import active_service_jobs, submitted_by, terminate
 from trainstack_cli.executions import describe_execution, execution_history, front_of_team_queue, trial_jobs
@@ -47,12 +49,16 @@ def stop(stack: Stack, run: str, wait_seconds: float = 120) -> StopView:
             terminate(stack.client("batch"), service["jobId"], f"trainstack stop: run {execution['name']}")
         now = datetime.now(UTC)
         terminated = [service_job_view(service, front, now) for service in queued]
+        # Past the deadline the run is returned as it stands, never an error: the stop itself is done.
         deadline = time.monotonic() + wait_seconds
-        while True:
-            view = read_run(stack, run, with_metrics=False)
-            if all(_ended(t) for t in view.trials) or time.monotonic() > deadline:
-                return StopView(view, terminated)
-            time.sleep(1)
+        view = poll_until(
+            lambda: read_run(stack, run, with_metrics=False),
+            lambda view: all(_ended(t) for t in view.trials) or time.monotonic() > deadline,
+            timeout=math.inf,
+            interval=1,
+            what=f"the end of run {run}'s jobs",
+        )
+        return StopView(view, terminated)
 
 
 def _own_service_jobs(stack: Stack, execution: dict[str, Any]) -> list[dict[str, Any]]:
