@@ -8,8 +8,11 @@ Lambda runs exactly the versions the tests run.
 
 The asset carries bytecode for the runtime's Python: Lambda's /var/task is read-only, so without it
 every cold start compiles each module it imports, pydantic's included (`make bench-lambda` shows
-the difference). It is compiled with `unchecked-hash` invalidation: deterministic (no timestamps, so
-an unchanged source gives an unchanged asset hash) and never re-checked against the source.
+the difference). The asset is the same wherever it is built, so that one commit gives one asset hash:
+the bytecode is compiled with `unchecked-hash` invalidation (no timestamps; never re-checked against
+the source) and names each source where Lambda unpacks it (/var/task/...), not the build folder it
+was compiled in; and a machine without the runtime's Python builds no asset at all, rather than one
+without bytecode.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 import botocore
 import botocore.loaders
 
-from trainstack.handlers.environment import SERVICE_MODELS_DIR
+from trainstack.handlers.environment import LAMBDA_TASK_ROOT, SERVICE_MODELS_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 # The newest Lambda Python runtime whose interpreter these machines have (pyenv's 3.13), so the
@@ -47,9 +50,15 @@ SHIPPED_SERVICE_MODELS = ("batch", "sagemaker")
 # The packages the functions import, shipped whole: the core, and the contract it shares with the
 # built-in script (the same package the job's source directory carries).
 PACKAGES = (ROOT / "lambda" / "trainstack", ROOT / "training" / "trainstack_contract")
+# What _compile writes, in the folders' key: none compiled another way (naming its build folder) is reused.
+BYTECODE = f"unchecked-hash bytecode of sources under {LAMBDA_TASK_ROOT}"
+NO_RUNTIME_PYTHON = (
+    f"trainstack: no Python {LAMBDA_PYTHON} here to compile the Lambda asset's bytecode with (the asset, and the "
+    f"template's hash of it, would differ from every other machine's without it): `pyenv install {LAMBDA_PYTHON}`"
+)
 
 
-@cache  # asked once per folder compiled, and the answer does not change within a process
+@cache  # the answer does not change within a process
 def runtime_python() -> Path | None:
     """The Lambda runtime's Python on this machine: pyenv's, or one on PATH that runs (a pyenv shim
     may not); None where there is none."""
@@ -69,9 +78,13 @@ def lambda_requirements() -> list[str]:
 def build_lambda_asset(build_dir: Path = ROOT / "build") -> Path:
     """The asset folder for the current sources: content-addressed under `build_dir`, so an unchanged
     tree reuses it, and processes that synthesize at once (tests beside a CLI synth) never rebuild or
-    remove a folder another one is reading; each is built aside and renamed into place."""
+    remove a folder another one is reading; each is built aside and renamed into place. Without the
+    runtime's Python, SystemExit with one line naming the fix."""
+    python = runtime_python()
+    if python is None:
+        raise SystemExit(NO_RUNTIME_PYTHON)
     requirements = lambda_requirements()
-    key = hashlib.sha256("\n".join([LAMBDA_PYTHON, PLATFORM, "unchecked-hash bytecode", *requirements]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\n".join([LAMBDA_PYTHON, PLATFORM, BYTECODE, *requirements]).encode()).hexdigest()[:16]
     dependencies = build_dir / f"lambda-deps-{key}"
     if not dependencies.is_dir():
         with _staging(dependencies) as staging:
@@ -80,14 +93,14 @@ def build_lambda_asset(build_dir: Path = ROOT / "build") -> Path:
                  PLATFORM, "--only-binary=:all:", "--implementation", "cp", "--python-version", LAMBDA_PYTHON, *requirements],
                 check=True,
             )  # fmt: skip
-            _compile(staging)
+            _compile(python, staging, staging)
     asset = build_dir / f"lambda-asset-{key}-{_sources_digest()}"
     if not asset.is_dir():
         with _staging(asset) as staging:
             shutil.copytree(dependencies, staging, ignore=shutil.ignore_patterns("RECORD"))
             for package in PACKAGES:
                 shutil.copytree(package, staging / package.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-                _compile(staging / package.name)
+                _compile(python, staging / package.name, staging)
             _copy_service_models(staging / SERVICE_MODELS_DIR)
     return asset
 
@@ -127,11 +140,12 @@ def _staging(final: Path) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _compile(folder: Path) -> None:
-    python = runtime_python()
-    if python is None:  # the asset still works; its cold starts compile what they import
-        print(f"trainstack: no Python {LAMBDA_PYTHON} here: the Lambda asset ships without bytecode", file=sys.stderr)
-        return
+def _compile(python: Path, folder: Path, root: Path) -> None:
+    """Bytecode for every source under `folder`, of the asset built in `root`: each names its source
+    as Lambda will find it (LAMBDA_TASK_ROOT/<path in the asset>), so no build folder, which holds this
+    process's id, ends up in the asset."""
     subprocess.run(
-        [str(python), "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash", str(folder)], check=True
-    )
+        [str(python), "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
+         "-s", str(root), "-p", LAMBDA_TASK_ROOT, str(folder)],
+        check=True,
+    )  # fmt: skip
