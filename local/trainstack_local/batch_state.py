@@ -178,7 +178,6 @@ class ServiceJob:
         return detail
 
 
-
 class BatchState:
     """What the twin's Batch holds, read and changed under `lock`: by its API (batch_twin.py) and by
     its scheduler (batch_scheduler.py). Each status change is recorded as it is made, under the lock,
