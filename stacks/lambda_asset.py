@@ -62,7 +62,8 @@ NO_RUNTIME_PYTHON = (
 def runtime_python() -> Path | None:
     """The Lambda runtime's Python on this machine: pyenv's, or one on PATH that runs (a pyenv shim
     may not); None where there is none."""
-    candidates = sorted(Path.home().glob(f".pyenv/versions/{LAMBDA_PYTHON}.*/bin/python"))
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    candidates = sorted(pyenv.glob(f"versions/{LAMBDA_PYTHON}.*/bin/python"))
     candidates += [Path(found)] if (found := shutil.which(f"python{LAMBDA_PYTHON}")) else []
     for candidate in candidates:
         if subprocess.run([str(candidate), "--version"], capture_output=True, check=False).returncode == 0:

@@ -83,14 +83,16 @@ def read_account(clients: Clients, region: str, instance_types: Iterable[str], s
 
 
 def _read(what: str, unreadable: list[str], read: Callable[[], Any]) -> Any:
-    from botocore.exceptions import BotoCoreError, ClientError  # on the call: Validate's cold start needs none
+    """What `read` returns; None, and a line in `unreadable`, where it fails for any reason: what the
+    account could not tell never keeps a job from launching (the capacity loop still catches it)."""
+    from botocore.exceptions import ClientError  # on the call: Validate's cold start needs none
 
     try:
         return read()
     except ClientError as error:
         unreadable.append(f"{what}: {error.response['Error'].get('Code')}: {error.response['Error'].get('Message', '')}")
-    except BotoCoreError as error:
-        unreadable.append(f"{what}: {error}")
+    except Exception as error:  # a lost connection, an endpoint without the API (an emulator), a malformed answer
+        unreadable.append(f"{what}: {type(error).__name__}: {error}")
     return None
 
 

@@ -28,6 +28,7 @@ from botocore.exceptions import ClientError
 from tests.synth import synthesize
 from trainstack import images
 from trainstack.polling import poll_until
+from trainstack_local.account_twin import TwinAccount
 from trainstack_local.batch_twin import BatchTwin
 from trainstack_local.bridges import ApiFaults, moto_bridges
 from trainstack_local.emulator import ACCOUNT, LOCAL_ENVIRONMENT, REGION, local_aws, training_files
@@ -72,7 +73,7 @@ def aws(tmp_path) -> Iterator[BatchAws]:
     with (
         pytest.MonkeyPatch.context() as environment,
         mock_aws(config={"lambda": {"use_docker": False}}),
-        moto_bridges(twin, REGION, ACCOUNT, ApiFaults(), batch),
+        moto_bridges(twin, REGION, ACCOUNT, ApiFaults(), batch, TwinAccount(twin.settings.account, REGION, ACCOUNT)),
     ):
         for key, value in LOCAL_ENVIRONMENT.items():
             environment.setenv(key, value)

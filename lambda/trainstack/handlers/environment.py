@@ -57,13 +57,13 @@ def lambda_variables(
 # process); the local twin runs every function of a stack, and of several stacks, in one process, so it
 # gives each invocation its function's variables here instead: one function's never leak into
 # another's, nor one stack's into the next (Lambda has no shared environment to leak through).
-_invocation: ContextVar[LambdaEnvironment | None] = ContextVar("invocation", default=None)
+_invocation: ContextVar[Mapping[str, str] | None] = ContextVar("invocation", default=None)
 
 
 @contextmanager
 def function_variables(variables: Mapping[str, str]) -> Iterator[None]:
     """Run the block as an invocation of a function configured with `variables` (the twin's Lambda)."""
-    token = _invocation.set(_read(variables))
+    token = _invocation.set(dict(variables))
     try:
         yield
     finally:
@@ -71,7 +71,8 @@ def function_variables(variables: Mapping[str, str]) -> Iterator[None]:
 
 
 def environment() -> LambdaEnvironment:
-    return _invocation.get() or _process_environment()
+    variables = _invocation.get()
+    return _process_environment() if variables is None else _read(variables)
 
 
 @functools.cache
