@@ -115,6 +115,13 @@ bench-data: setup ## start-up to the first batch against data set size, and the 
 bench-lambda: setup ## each handler's cold import from the shipped asset under the runtime's Python vs import boto3 (medians), and the transitions a 24-hour job costs
 	$(PY) tools/bench_lambda.py
 
+.PHONY: gpu-check
+# No `setup`: a GPU machine may be bare (its own torch, no venv, no network). python3 is the venv's where
+# there is one (PATH above), else the machine's; the check needs torch, numpy and this repository.
+gpu-check: ## the built-in script's runs on this machine's GPU against the planner, into OUT (ARGS="--dry-run" on a CPU)
+	$(if $(OUT),,$(error OUT=dir is required: the folder for gpu-check.json and gpu-check.txt))
+	$(PYTHON) tools/gpu_check.py --out $(OUT) $(ARGS)
+
 SPEC ?= examples/gpt-small.yaml
 REGION ?= us-east-1
 image: setup ## build training/Dockerfile on the framework image SPEC's job uses in REGION (needs a Docker engine; not part of CI)
