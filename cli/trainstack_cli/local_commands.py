@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainstack_cli.operate_command import follow
 from trainstack_cli.run_reading import read_run
@@ -20,6 +20,9 @@ from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_NO_STACK, EXIT_OK, EXIT_RU
 from trainstack_cli.submit import submit
 from trainstack_cli.views import console as cli_console
 from trainstack_cli.views import duration
+
+if TYPE_CHECKING:  # the emulation is imported only when a local command runs
+    from trainstack_local.account_twin import AccountSettings
 
 TEMPLATE = Path("cdk.out") / "trainstack.template.json"
 
@@ -33,15 +36,17 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(problem, EXIT_NO_STACK)
     from trainstack_local.emulator import ROOT
     from trainstack_local.event_feed import EventFeed
+    from trainstack_local.sagemaker_twin import TwinSettings
     from trainstack_local.serve import serve
 
     if args.local_command == "run" and args.spec:
         read_spec(args.spec)  # submit reads it again, on the emulated stack, and checks it against that stack
     template = _template(args.template or ROOT / TEMPLATE)
+    settings = TwinSettings(account=account_settings(args.quota, args.availability_zone_id))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="trainstack-local-"))
     console = cli_console()
     if args.local_command == "serve":
-        with serve(template, workdir, port=args.port, feed=EventFeed()) as (served, _, _):
+        with serve(template, workdir, port=args.port, settings=settings, feed=EventFeed()) as (served, _, _):
             for name, value in served.environment().items():
                 print(f"export {name}={value}")
             print(f"# trainstack local: MLflow tracking server at {served.tracking.url} ({served.tracking.arn})", flush=True)
@@ -57,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     spec = args.spec or DEFAULT_JOB
     started = time.monotonic()
     _unwind_on_sigterm()
-    with serve(template, workdir) as (served, _, twin):
+    with serve(template, workdir, settings=settings) as (served, _, twin):
         console.print(f"trainstack local: MLflow tracking server at {served.tracking.url}")
         stack = find_stack(None, served.outputs_file, None, None)  # in-process: moto answers without HTTP
         name = submit(stack, spec, args.source)
@@ -98,6 +103,26 @@ def _template(path: Path) -> dict[str, Any]:
             f"{path}: not a CloudFormation template; run `make synth`, or pass its template with --template", EXIT_BAD_INPUT
         )
     return template
+
+
+def account_settings(quotas: list[str], availability_zone_id: str | None) -> AccountSettings:
+    """The emulated account's settings from `--quota TYPE=N` (each use of the type) and the AZ ID."""
+    from trainstack import facts
+    from trainstack.account import quota_name
+    from trainstack_local.account_twin import USES, AccountSettings
+
+    values: dict[str, float] = {}
+    for given in quotas:
+        instance_type, _, text = given.partition("=")
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if facts.instance(instance_type) is None or value < 0:
+            raise CliError(f"--quota {given}: give a training instance type and a number, e.g. ml.p4d.24xlarge=2", EXIT_BAD_INPUT)
+        values.update({quota_name(instance_type, use): value for use in USES})
+    defaults = AccountSettings()
+    return AccountSettings(quotas=values, availability_zone_id=availability_zone_id or defaults.availability_zone_id)
 
 
 def _copy_model(stack: Stack, uri: str, directory: Path) -> Path:

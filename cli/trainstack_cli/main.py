@@ -137,6 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output-dir", type=Path, default=Path("local-output"), help="where model.tar.gz is copied")
     run.add_argument("--workdir", type=Path, help="where the hosts' /opt/ml trees go (default: a new temporary folder)")
     run.add_argument("--template", type=Path, help="the synthesized template (default: cdk.out's)")
+    for command in (serve, run):  # the emulated account (a new account's, with the examples' increases, by default)
+        command.add_argument(
+            "--quota",
+            action="append",
+            default=[],
+            metavar="TYPE=N",
+            help="the account's SageMaker quotas for TYPE (training, spot, warm pool), e.g. ml.p4d.24xlarge=0; repeatable",
+        )
+        command.add_argument("--availability-zone-id", help="the AZ ID of the stack's training subnet (default: use1-az4)")
     return parser
 
 

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from trainstack.billing import billed_usd
+from trainstack.errors import CapacityUnavailableError
 from trainstack.failures import classify, failure_text
 from trainstack.identity import Run
 from trainstack.restarts import progress_at_end
@@ -29,9 +30,10 @@ from trainstack_contract.job_names import JobName
 
 QUEUED_STATUS = "Queued"  # a trial whose job waits in the team queue: Batch has not created its training job yet
 STILL_GOING = (*RUNNING, QUEUED_STATUS)  # trial statuses that can still train (and bill)
+CREATE_STATE = "Create"  # the trial's state that creates (or submits) its job (stacks/state_machine.py)
 # The trial's tasks whose result ($.job) names the service job a queued trial was submitted as
 # (stacks/state_machine.py names the states; Create and Describe both put their answer at $.job).
-SERVICE_JOB_STATES = ("Create", "Describe")
+SERVICE_JOB_STATES = (CREATE_STATE, "Describe")
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class RunView:
     duration_seconds: int
     cause: str
     trials: list[TrialView] = field(default_factory=list)
+    waiting: str = ""  # why it has no job yet while Create retries: the account's quota, or SageMaker's capacity
 
     @property
     def billable_seconds(self) -> int:
@@ -150,6 +153,27 @@ def position(history: Iterable[dict[str, Any]]) -> str:
     """The last state the execution entered, from GetExecutionHistory's events."""
     entered = [e["stateEnteredEventDetails"]["name"] for e in history if "stateEnteredEventDetails" in e]
     return entered[-1] if entered else ""
+
+
+def waiting_reason(history: Iterable[dict[str, Any]], status: str) -> str:
+    """Why a running execution's Create is retrying: its last failure was a quota or capacity refusal
+    (CapacityUnavailableError), which Create retries for about 75 minutes. "" otherwise."""
+    events = list(history)
+    if status != "RUNNING" or position(events) != CREATE_STATE:
+        return ""
+    failures = [
+        details
+        for event in events
+        for key in ("lambdaFunctionFailedEventDetails", "taskFailedEventDetails")
+        if (details := event.get(key))
+    ]
+    if not failures or failures[-1].get("error") != CapacityUnavailableError.__name__:
+        return ""
+    try:
+        message = json.loads(failures[-1].get("cause") or "{}").get("errorMessage", "")
+    except ValueError:
+        message = failures[-1].get("cause", "")
+    return f"waits for quota or capacity (Create retries it): {message}"
 
 
 def latest_metrics(definitions: Iterable[dict[str, str]], lines: Iterable[str]) -> dict[str, float]:
@@ -275,6 +299,7 @@ def run_view(execution: dict[str, Any], history: list[dict[str, Any]], trials: l
         duration_seconds=int(((stopped or now) - started).total_seconds()),
         cause=execution.get("cause") or execution.get("error") or "",
         trials=sorted(trials, key=lambda t: (t.trial, t.started, t.job_name)),
+        waiting=waiting_reason(history, execution["status"]),
     )
 
 

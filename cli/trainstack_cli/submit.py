@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from trainstack import yaml12
+from trainstack.account import read_account
 from trainstack.layout import JOBS_PREFIX, SOURCES_PREFIX
 from trainstack.polling import poll_until
 from trainstack.preflight import preflight
@@ -51,12 +53,17 @@ def submit(stack: Stack, spec_path: Path, source_dir: Path | None = None, inline
 
 
 def _validate(data: dict[str, Any], path: Path, stack: Stack) -> None:
-    """The Validate step's own checks, with the stack's values (its tracking server, its team queue),
-    before anything is uploaded or billed."""
+    """The Validate step's own checks, with the stack's values (its tracking server, its team queue)
+    and what the account allows (its quotas, the training subnet's AZ), read with the caller's
+    credentials, before anything is uploaded or billed."""
     try:
-        preflight(parse_spec(data), None, stack.region, stack.context)
+        spec = parse_spec(data)
+        account = read_account(stack.client, stack.region, spec.capacity_options, stack.context.subnet_ids)
+        checked = preflight(spec, None, stack.region, stack.context, account)
     except (SpecError, SpecRejectedError) as error:
         raise CliError("; ".join(f"{path}: {p}" for p in error.problems) + "; nothing was submitted", EXIT_BAD_INPUT) from None
+    for warning in checked.warnings:  # what the job will meet, or what the caller's credentials could not read
+        print(f"trainstack submit: warning: {warning}", file=sys.stderr)
 
 
 def _pack(source_dir: Path, scratch: Path) -> Path:

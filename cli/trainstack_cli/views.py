@@ -92,6 +92,8 @@ def status_view(run: RunView) -> RenderableType:
     parts: list[RenderableType] = [header]
     if run.cause:
         parts.append(Text(run.cause, style="red"))
+    if run.waiting:
+        parts.append(Text(run.waiting, style="yellow"))
     queued = any(trial.queue for trial in run.trials)
     columns = ["trial", "attempt", "job", "status", *(["team queue"] if queued else []), "instances"]
     table = Table(*columns, "step", "loss", "tokens/s", "billable s", "est. cost so far")
@@ -208,7 +210,7 @@ def live_line(run: RunView) -> Text:
     the team queue, where it stands there."""
     trial = run.trials[-1] if run.trials else None
     if trial is None:
-        return Text.assemble(_styled(run.status), f"  {run.position}  (no training job yet)")
+        return Text.assemble(_styled(run.status), f"  {run.position}  ({run.waiting or 'no training job yet'})")
     if trial.status == QUEUED_STATUS and trial.queue:
         return Text.assemble(_styled(run.status), f"  {run.position}  {trial.job_name} {trial.status}: {queue_text(trial.queue)}")
     return Text.assemble(
