@@ -76,6 +76,7 @@ def build_state_machine(scope: Construct, props: StateMachineProps) -> sfn.State
         payload=sfn.TaskInput.from_object({"error": sfn.JsonPath.object_at("$.error"), "execution": sfn.JsonPath.execution_id}),
     )
     rejected = sfn.Fail(scope, "Rejected", error_path="$.status", cause_path="$.reason")
+    _add_retry(validate, CONTROL_PLANE_RETRY)  # S3 failing on its side is no reason to reject a spec
     validate.add_catch(notify_rejected.next(rejected), errors=["States.ALL"], result_path="$.error")
     # Notify reports a failed Publish itself; this is for Notify failing as a function.
     notify_failed = sfn.Fail(scope, "NotifyFailed", error=NOTIFY_FAILED, cause_path="$.notify_error.Cause")

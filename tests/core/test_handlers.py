@@ -146,6 +146,16 @@ def test_validate_refuses_a_missing_spec_with_where_it_looked(stubbed):
         validate.handler(event)
 
 
+def test_validate_turns_s3_failing_on_its_side_into_the_retried_error_never_a_rejection(stubbed):
+    stubbed["s3"].add_client_error("get_object", service_error_code="SlowDown", http_status_code=503)
+    event = {
+        "input": {"detail": {"bucket": {"name": "b"}, "object": {"key": "jobs/x.yaml", "version-id": "v1"}}},
+        "execution": "e",
+    }
+    with pytest.raises(ControlPlaneError, match=re.escape("GetObject s3://b/jobs/x.yaml: SlowDown")):
+        validate.handler(event)
+
+
 def test_notify_reports_a_rejection_with_the_validators_message(stubbed):
     stubbed["sns"].add_response("publish", {"MessageId": "1"})
     cause = json.dumps(

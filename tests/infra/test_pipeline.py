@@ -127,6 +127,12 @@ def test_every_task_in_a_trial_ends_the_trial_with_its_reason_when_it_fails(defi
         assert trial[catch["Next"]]["Type"] == "Pass" and trial[catch["Next"]].get("End") is True, name
 
 
+def test_validate_retries_the_control_planes_errors_before_any_rejection(definition):
+    validate = definition["States"]["Validate"]
+    assert any(r["ErrorEquals"] == ["ControlPlaneError"] for r in validate["Retry"])
+    assert validate["Catch"][0]["ErrorEquals"] == ["States.ALL"]  # what is left is the spec's own refusal
+
+
 def test_describe_retries_lambdas_own_failures_for_about_an_hour_before_giving_the_trial_up(definition):
     describe = _states(definition)["Describe"]
     (lambda_retry,) = describe["Retry"]  # the API's errors are answered as Unknown by the function itself

@@ -1,12 +1,15 @@
-"""Validate: load the spec the trigger names, check every rule and the plan, expand the sweep."""
+"""Validate: load the spec the trigger names, check every rule and the plan, expand the sweep. S3
+failing on its side (throttled, a 5xx) is a ControlPlaneError, which the state machine retries: no
+answer of the control plane rejects a spec."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from trainstack.errors import SpecInvalidError
-from trainstack.handlers.environment import client, environment
+from trainstack.handlers.environment import client, control_plane_retried, environment
 from trainstack.identity import Run
 from trainstack.s3uri import count_objects
 from trainstack.workflow import (
@@ -39,7 +42,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         spec = parse_spec(data)
         stack = environment().stack
         account = read_account(client, stack.region, spec.capacity_options, stack.subnet_ids)
-        checked = preflight(spec, lambda uri: count_objects(client("s3"), uri), stack.region, stack, account)
+        checked = preflight(spec, _object_counter(), stack.region, stack, account)
     except (SpecError, SpecRejectedError) as error:
         raise SpecInvalidError(f"{trigger.spec_key or 'inline spec'}: " + "; ".join(map(str, error.problems))) from None
     for warning in checked.warnings:  # the function's log: what the job will meet, or what was not checked
@@ -66,6 +69,17 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     }
 
 
+def _object_counter() -> Callable[[str], int]:
+    """Counts a sharded channel's objects; S3 failing on its side is retried by the state machine
+    (ControlPlaneError), never read as a spec that cannot run."""
+
+    def count(uri: str) -> int:
+        with control_plane_retried(f"ListObjectsV2 {uri}"):
+            return count_objects(client("s3"), uri)
+
+    return count
+
+
 def _spec_data(trigger: Trigger) -> dict[str, Any]:
     if trigger.inline_spec is not None:
         return trigger.inline_spec
@@ -78,7 +92,8 @@ def _spec_data(trigger: Trigger) -> dict[str, Any]:
         if trigger.spec_version and key == trigger.spec_key:
             request["VersionId"] = trigger.spec_version
         try:
-            body = s3.get_object(**request)["Body"].read()
+            with control_plane_retried(f"GetObject s3://{trigger.spec_bucket}/{key}"):
+                body = s3.get_object(**request)["Body"].read()
         except s3.exceptions.NoSuchKey:
             continue
         try:
