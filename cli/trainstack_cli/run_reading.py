@@ -15,7 +15,7 @@ from trainstack.run_report import mlflow_ui_call
 from trainstack_cli.executions import describe_execution, execution_history, front_of_team_queue, trial_jobs
 from trainstack_cli.logs import streams
 from trainstack_cli.runs import RunView, latest_metrics, run_view, trial_of
-from trainstack_cli.stack import Stack, aws_errors
+from trainstack_cli.stack import ControlPlaneUnavailableError, Stack, aws_errors
 
 METRIC_LOG_EVENTS = 2000  # the newest lines of a host's log that `status` scans for metrics
 
@@ -78,14 +78,24 @@ def _job_metrics(stack: Stack, job: dict[str, Any]) -> dict[str, float]:
 
 
 def watch(stack: Stack, run: str, show: Callable[[RunView], None], interval: float = 2.0) -> RunView:
-    """Read the run every `interval` seconds, show it, until the execution ends."""
+    """Read the run every `interval` seconds, show it, until the execution ends; a read that AWS fails
+    on its side is asked again at the next interval."""
 
-    def shown() -> RunView:
-        view = read_run(stack, run)
+    def shown() -> RunView | None:
+        try:
+            view = read_run(stack, run)
+        except ControlPlaneUnavailableError:  # AWS failing on its side says nothing of the run: ask again
+            return None
         show(view)
         return view
 
     # No deadline: the run's own (its jobs' max_runtime, the state machine's) ends it.
-    return poll_until(
-        shown, lambda view: view.status != "RUNNING", timeout=math.inf, interval=interval, what=f"the end of run {run}"
+    ended = poll_until(
+        shown,
+        lambda view: view is not None and view.status != "RUNNING",
+        timeout=math.inf,
+        interval=interval,
+        what=f"the end of run {run}",
     )
+    assert ended is not None
+    return ended

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainstack.errors import is_control_plane_error
 from trainstack.stack_context import StackContext, read_outputs_file
 
 STACK_VARIABLE = "TRAINSTACK_STACK"
@@ -50,6 +51,11 @@ class CliError(Exception):
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class ControlPlaneUnavailableError(CliError):
+    """AWS failed on its side (throttled, timed out, a 5xx): nothing is known of what was asked, and
+    a command that follows a run asks again rather than ending."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,10 @@ def aws_errors(what: str) -> Iterator[None]:
         if code in _CREDENTIAL_ERRORS:
             raise CliError(
                 f"AWS refused the credentials ({code}: {message}); check --profile or AWS_PROFILE", EXIT_NO_STACK
+            ) from None
+        if is_control_plane_error(error):
+            raise ControlPlaneUnavailableError(
+                f"{what}: {code}: {message} (AWS failed on its side: try again)", EXIT_NO_STACK
             ) from None
         if code == "ValidationError" and "does not exist" in message:
             raise CliError(

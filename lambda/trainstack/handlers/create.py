@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from trainstack.errors import CapacityUnavailableError
-from trainstack.handlers.environment import client, control_plane_retried, environment, is_control_plane_error
+from trainstack.errors import CapacityUnavailableError, is_control_plane_error
+from trainstack.handlers.environment import client, control_plane_retried, environment
 from trainstack.identity import Run
 from trainstack.service_jobs import submit_arguments
 from trainstack.workflow import next_poll_seconds

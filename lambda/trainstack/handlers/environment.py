@@ -10,7 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from trainstack.errors import ControlPlaneError
+from trainstack.errors import ControlPlaneError, is_control_plane_error
 from trainstack.stack_context import StackContext
 from trainstack.workflow import FIRST_POLL_SECONDS, MAX_POLL_SECONDS
 
@@ -112,26 +112,6 @@ def use_client_factory(factory: Callable[[str], Any] | None) -> None:
     _factory = factory
     _default_client.cache_clear()
     _process_environment.cache_clear()
-
-
-def is_control_plane_error(error: BaseException) -> bool:
-    """Whether an AWS call failed for the service's sake, not the request's: throttled, timed out, an
-    HTTP 5xx, a lost connection. botocore's standard retry mode decides the same question before it
-    retries a call; its checkers are asked here, so the codes are never typed twice."""
-    from types import SimpleNamespace
-
-    from botocore.exceptions import ClientError
-    from botocore.retries import standard
-
-    if isinstance(error, ClientError):
-        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        context = standard.RetryContext(
-            attempt_number=1, parsed_response=error.response, http_response=SimpleNamespace(status_code=status)
-        )
-    else:
-        context = standard.RetryContext(attempt_number=1, caught_exception=error)
-    checkers = (standard.TransientRetryableChecker(), standard.ThrottledRetryableChecker())
-    return any(checker.is_retryable(context) for checker in checkers)
 
 
 @contextmanager
