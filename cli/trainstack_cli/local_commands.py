@@ -23,6 +23,7 @@ from trainstack_cli.views import duration
 
 if TYPE_CHECKING:  # the emulation is imported only when a local command runs
     from trainstack_local.account_twin import AccountSettings
+    from trainstack_local.registry import ImageRegistry
 
 TEMPLATE = Path("cdk.out") / "trainstack.template.json"
 
@@ -43,10 +44,11 @@ def run(args: argparse.Namespace) -> int:
         read_spec(args.spec)  # submit reads it again, on the emulated stack, and checks it against that stack
     template = _template(args.template or ROOT / TEMPLATE)
     settings = TwinSettings(account=account_settings(args.quota, args.availability_zone_id))
+    images = image_registry(args.missing_image)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="trainstack-local-"))
     console = cli_console()
     if args.local_command == "serve":
-        with serve(template, workdir, port=args.port, settings=settings, feed=EventFeed()) as (served, _, _):
+        with serve(template, workdir, port=args.port, settings=settings, images=images, feed=EventFeed()) as (served, _, _):
             for name, value in served.environment().items():
                 print(f"export {name}={value}")
             print(f"# trainstack local: MLflow tracking server at {served.tracking.url} ({served.tracking.arn})", flush=True)
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     spec = args.spec or DEFAULT_JOB
     started = time.monotonic()
     _unwind_on_sigterm()
-    with serve(template, workdir, settings=settings) as (served, _, twin):
+    with serve(template, workdir, settings=settings, images=images) as (served, _, twin):
         console.print(f"trainstack local: MLflow tracking server at {served.tracking.url}")
         stack = find_stack(None, served.outputs_file, None, None)  # in-process: moto answers without HTTP
         name = submit(stack, spec, args.source)
@@ -123,6 +125,22 @@ def account_settings(quotas: list[str], availability_zone_id: str | None) -> Acc
         values.update({quota_name(instance_type, use): value for use in USES})
     defaults = AccountSettings()
     return AccountSettings(quotas=values, availability_zone_id=availability_zone_id or defaults.availability_zone_id)
+
+
+def image_registry(missing: list[str]) -> ImageRegistry:
+    """The twin's image registry, lacking the framework images `--missing-image` names (each one of the
+    emulated region's framework images)."""
+    from trainstack import images
+    from trainstack_local.emulator import REGION
+    from trainstack_local.registry import ImageRegistry
+
+    for uri in missing:
+        if images.framework_image_version(uri) is None or f".dkr.ecr.{REGION}." not in uri:
+            raise CliError(
+                f"--missing-image {uri}: give a framework image of {REGION}, e.g. {images.default_base_image(REGION)}",
+                EXIT_BAD_INPUT,
+            )
+    return ImageRegistry(missing=frozenset(missing))
 
 
 def _copy_model(stack: Stack, uri: str, directory: Path) -> Path:

@@ -146,6 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
             help="the account's SageMaker quotas for TYPE (training, spot, warm pool), e.g. ml.p4d.24xlarge=0; repeatable",
         )
         command.add_argument("--availability-zone-id", help="the AZ ID of the stack's training subnet (default: use1-az4)")
+        command.add_argument(
+            "--missing-image",
+            action="append",
+            default=[],
+            metavar="URI",
+            help="a framework image the region's registry lacks, as where AWS has not published it; repeatable",
+        )
     return parser
 
 

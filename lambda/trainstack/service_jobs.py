@@ -16,6 +16,12 @@ from typing import Any
 # role may act only on training jobs so named (AWSBatchServiceRolePolicyForSageMaker).
 from trainstack_contract.job_names import BATCH_TRAINING_JOB_PREFIX
 
+# The role Batch creates those jobs with: its service-linked role for SageMaker Training, which Batch
+# creates with the account's first service environment and which trusts this service principal (AWS
+# Batch user guide, "Using roles for AWS Batch with SageMaker AI").
+SERVICE_LINKED_ROLE = "AWSServiceRoleForAWSBatchWithSagemaker"
+SERVICE_LINKED_ROLE_SERVICE = "sagemaker-queuing.batch.amazonaws.com"
+
 SERVICE_JOB_TYPE = "SAGEMAKER_TRAINING"
 # Ready, waiting for its turn and the instances: the jobs GetJobQueueSnapshot lists are these.
 RUNNABLE = "RUNNABLE"

@@ -10,6 +10,8 @@ What it does as Batch documents it (AWS Batch user guide, "Service jobs"; the bo
 - statuses SUBMITTED -> RUNNABLE -> SCHEDULED -> STARTING -> RUNNING -> SUCCEEDED | FAILED; once
   dispatched the job follows its training job (InProgress/Starting: SCHEDULED, Downloading: STARTING,
   Training and later: RUNNING, Completed: SUCCEEDED, Failed or Stopped: FAILED);
+- the first service environment creates Batch's service-linked role for SageMaker
+  (AWSServiceRoleForAWSBatchWithSagemaker) in the account's IAM where it is missing, as Batch does;
 - dispatch is CreateTrainingJob with the payload as given, renamed `AWSBatch<jobName><32 hex>` (a new
   name per attempt); a name past SageMaker's 63 characters is kept whole, as how Batch shortens it is
   undocumented;
@@ -57,7 +59,18 @@ import time
 import uuid
 from typing import Any
 
-from trainstack.service_jobs import CAPACITY_UNIT, DISPATCHED, FINAL, FRONT_OF_QUEUE_LENGTH, QUEUED, SERVICE_JOB_TYPE
+import boto3
+
+from trainstack.service_jobs import (
+    CAPACITY_UNIT,
+    DISPATCHED,
+    FINAL,
+    FRONT_OF_QUEUE_LENGTH,
+    QUEUED,
+    SERVICE_JOB_TYPE,
+    SERVICE_LINKED_ROLE,
+    SERVICE_LINKED_ROLE_SERVICE,
+)
 from trainstack_local.batch_api_checks import (
     NAME,
     PRIORITY_RANGE,
@@ -151,7 +164,17 @@ class BatchTwin(BatchState):
         with self.lock:
             require(environment.arn not in self.environments, f"Service environment {name} already exists")
             self.environments[environment.arn] = environment
+        self._create_service_linked_role()
         return {"serviceEnvironmentName": name, "serviceEnvironmentArn": environment.arn}
+
+    def _create_service_linked_role(self) -> None:
+        """The role Batch creates training jobs with, made as Batch makes it with a service environment
+        where the account has none (bridges.py names it as IAM does)."""
+        iam = boto3.client("iam", region_name=self.region)
+        try:
+            iam.get_role(RoleName=SERVICE_LINKED_ROLE)
+        except iam.exceptions.NoSuchEntityException:
+            iam.create_service_linked_role(AWSServiceName=SERVICE_LINKED_ROLE_SERVICE)
 
     def update_service_environment(self, params: dict[str, Any]) -> dict[str, Any]:
         check_against_model("UpdateServiceEnvironment", params)

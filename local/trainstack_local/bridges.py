@@ -24,7 +24,13 @@ duration of `moto_bridges()` only:
   returns them, and the MlflowDetails the twin finds once the job ends) and MetricDefinitions (moto
   replaces them with a sample's) and hands the job to the
   twin; StopTrainingJob (moto has none) asks the twin to stop it; CreatePresignedMlflowTrackingServerUrl
-  (moto has none) answers the twin's MLflow server's URL for its name, ResourceNotFound otherwise.
+  (moto has none) answers the twin's MLflow server's URL for its name, ResourceNotFound otherwise;
+  Describe-, Stop- and StartMlflowTrackingServer answer for that server too (tracking_api.py).
+- ECR: BatchGetImage answers from the twin's image registry (registry.py): AWS's framework images
+  where the facts file says they exist, the stack's project image (moto's ECR holds neither).
+- IAM: CreateServiceLinkedRole of Batch's service for SageMaker names its role as AWS does
+  (AWSServiceRoleForAWSBatchWithSagemaker; moto derives another name), which the Batch twin creates
+  with the first service environment.
 - Service Quotas: moto lists only VPC's; SageMaker's are the twin account's (account_twin.py):
   ListServiceQuotas, GetServiceQuota, and RequestServiceQuotaIncrease, granted at once.
 - Batch: moto has no service jobs and cannot create a SAGEMAKER_TRAINING job queue; the service
@@ -55,10 +61,12 @@ import boto3
 from botocore.exceptions import ClientError
 
 from trainstack.account import SERVICE_CODE, SPOT, TRAINING, quota_name
+from trainstack.service_jobs import SERVICE_LINKED_ROLE, SERVICE_LINKED_ROLE_SERVICE
 from trainstack_local.account_twin import TwinAccount
 from trainstack_local.batch_twin import OPERATIONS, SERVICE_JOB_TYPE, BatchClientError, BatchTwin
-from trainstack_local.registry import ImageNotFoundError
+from trainstack_local.registry import ImageNotFoundError, RepositoryNotFoundError
 from trainstack_local.sagemaker_twin import SageMakerTwin
+from trainstack_local.tracking_api import TrackingServerApi, TrackingServerNotFoundError
 
 # One handler at a time: redirect_stdout is process-wide, so each function's log holds only its own
 # output, and each call starts from fresh clients and a fresh read of its environment.
@@ -152,7 +160,9 @@ def moto_bridges(
     from moto.batch.models import batch_backends
     from moto.batch.responses import BatchResponse
     from moto.core.responses import ActionResult, BaseResponse, EmptyResult
+    from moto.ecr.responses import ECRResponse
     from moto.events.models import Rule, events_backends
+    from moto.iam.models import IAMBackend
     from moto.sagemaker.exceptions import ResourceNotFound, ValidationError
     from moto.sagemaker.responses import SageMakerResponse
     from moto.servicequotas.responses import ServiceQuotasResponse
@@ -172,7 +182,11 @@ def moto_bridges(
         (BatchResponse, "createjobqueue"): BatchResponse.createjobqueue,
         (BatchResponse, "describejobqueues"): BatchResponse.describejobqueues,
         (ServiceQuotasResponse, "get_service_quota"): ServiceQuotasResponse.get_service_quota,
+        (ECRResponse, "batch_get_image"): ECRResponse.batch_get_image,
+        (IAMBackend, "create_service_linked_role"): IAMBackend.create_service_linked_role,
     }
+    create_service_linked_role = IAMBackend.create_service_linked_role
+    tracking = TrackingServerApi(twin)
     get_service_quota = ServiceQuotasResponse.get_service_quota
     create_job_queue = BatchResponse.createjobqueue
     describe_job_queues = BatchResponse.describejobqueues
@@ -270,6 +284,37 @@ def moto_bridges(
         if server is None or name != server.arn.rsplit("/", 1)[1]:
             raise ResourceNotFound(f"Tracking server {name} does not exist")
         return ActionResult({"AuthorizedUrl": server.url})
+
+    def tracking_server_action(method: Callable[[str], dict[str, Any]]) -> Callable[[Any], Any]:
+        """A SageMaker action on the twin's tracking server, by its TrackingServerName."""
+
+        def respond(self: Any) -> Any:
+            try:
+                return ActionResult(method(self._get_param("TrackingServerName")))
+            except TrackingServerNotFoundError as error:
+                raise ResourceNotFound(str(error)) from None
+
+        return respond
+
+    def batch_get_image(self: Any) -> Any:
+        """Every registry's images are the twin's (AWS's framework images, the project image)."""
+        registry, repository = self._get_param("registryId") or account, self._get_param("repositoryName")
+        try:
+            return ActionResult(twin.images.batch_get_image(registry, repository, self._get_param("imageIds"), region))
+        except RepositoryNotFoundError as error:
+            raise _service_error("RepositoryNotFoundException", str(error)) from None
+
+    def batch_service_linked_role(self: Any, service_name: str, description: str, suffix: str) -> Any:
+        if service_name != SERVICE_LINKED_ROLE_SERVICE:
+            return create_service_linked_role(self, service_name, description, suffix)
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [{"Action": ["sts:AssumeRole"], "Effect": "Allow", "Principal": {"Service": [service_name]}}],
+        }
+        path = f"/aws-service-role/{service_name}/"
+        return self.create_role(
+            SERVICE_LINKED_ROLE, json.dumps(trust), path, None, description, [], "3600", linked_service=service_name
+        )
 
     def presigned_mlflow_app_url(self: Any) -> Any:
         raise ResourceNotFound(f"MLflow App {self._get_param('Arn')} does not exist")  # the twin runs a tracking server
@@ -418,6 +463,11 @@ def moto_bridges(
     ServiceQuotasResponse.request_service_quota_increase = request_increase
     SageMakerResponse.create_presigned_mlflow_tracking_server_url = presigned_tracking_server_url
     SageMakerResponse.create_presigned_mlflow_app_url = presigned_mlflow_app_url
+    SageMakerResponse.describe_mlflow_tracking_server = tracking_server_action(tracking.describe)
+    SageMakerResponse.stop_mlflow_tracking_server = tracking_server_action(tracking.stop)
+    SageMakerResponse.start_mlflow_tracking_server = tracking_server_action(tracking.start)
+    ECRResponse.batch_get_image = batch_get_image
+    IAMBackend.create_service_linked_role = batch_service_linked_role
     StepFunctionBackend.stop_execution = stop
     StepFunctionsParserBackend.start_execution = start
     BaseExecutionWorkerCommunication.terminated = execution_ended
@@ -439,6 +489,9 @@ def moto_bridges(
         del ServiceQuotasResponse.request_service_quota_increase
         del SageMakerResponse.create_presigned_mlflow_tracking_server_url
         del SageMakerResponse.create_presigned_mlflow_app_url
+        del SageMakerResponse.describe_mlflow_tracking_server
+        del SageMakerResponse.stop_mlflow_tracking_server
+        del SageMakerResponse.start_mlflow_tracking_server
         for path in batch_paths:
             del batch_urls.url_paths[path]
         for action in OPERATIONS:

@@ -46,7 +46,15 @@ LOCAL_ENVIRONMENT = {
 DEAD_LETTER_QUEUE = "trainstack-local-dead-letters"
 PROJECT_DOCKERFILE = TRAINING / "Dockerfile"
 PROJECT_IMAGE_URI = project_image_uri(PROJECT_DOCKERFILE, REGION, ACCOUNT)
+# The stack's KMS key (moto's KMS is not served: S3 names the key and calls nothing, see the README).
+KEY_ARN = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/local"
 PSEUDO = {"AWS::Partition": "aws", "AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::URLSuffix": "amazonaws.com"}
+# As storage.py's data buckets: SSE-KMS with the stack's key and an S3 bucket key.
+DEFAULT_ENCRYPTION = {
+    "Rules": [
+        {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": KEY_ARN}, "BucketKeyEnabled": True}
+    ]
+}
 # The team queue's resources, in the order they depend on each other: (type, Batch action, its ARN's
 # key in the answer, the property that names it; CloudFormation names one after its logical id otherwise).
 BATCH_RESOURCES = (
@@ -144,6 +152,8 @@ def _create_resources(
     for bucket in (stack.trigger_bucket, stack.artifacts_bucket, stack.assets_bucket):
         s3.create_bucket(Bucket=bucket)
     s3.put_bucket_versioning(Bucket=stack.trigger_bucket, VersioningConfiguration={"Status": "Enabled"})
+    for bucket in (stack.trigger_bucket, stack.artifacts_bucket):  # the stack's data buckets: SSE-KMS with its key
+        s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration=DEFAULT_ENCRYPTION)
     s3.put_bucket_notification_configuration(
         Bucket=stack.trigger_bucket, NotificationConfiguration={"EventBridgeConfiguration": {}}
     )
@@ -162,7 +172,7 @@ def _create_resources(
         region=REGION,
         role_arn=role,
         artifacts_bucket=stack.artifacts_bucket,
-        key_arn=f"arn:aws:kms:{REGION}:{ACCOUNT}:key/local",
+        key_arn=KEY_ARN,
         subnet_ids=(network["subnet"],),
         security_group_ids=(network["security_group"],),
         source_s3_uri=f"s3://{stack.assets_bucket}/{source_key}",
@@ -183,7 +193,7 @@ def _create_resources(
         properties = template["Resources"][logical_id]["Properties"]
         arns[logical_id] = lambda_client.create_function(
             FunctionName=f"trainstack-{name}",
-            Runtime="python3.11",
+            Runtime=properties["Runtime"],  # the runtime the stack deploys
             Role=role,
             Handler=properties["Handler"],
             Code={"ZipFile": _empty_zip()},  # the handler runs in-process (see bridges.py)

@@ -100,10 +100,12 @@ def _requirements(path: Path) -> list[str]:
 
 
 class ImageRegistry:
-    """AWS's framework images exist where the facts file says; `register` adds project images."""
+    """AWS's framework images exist where the facts file says, but for `missing` ones (the registry of
+    a region where AWS has not published them: `local serve --missing-image`); `register` adds project images."""
 
-    def __init__(self) -> None:
+    def __init__(self, missing: frozenset[str] = frozenset()) -> None:
         self._pushed: dict[str, TwinImage] = {}
+        self.missing = missing
 
     def register(self, uri: str, image: TwinImage) -> None:
         self._pushed[uri] = image
@@ -115,6 +117,68 @@ class ImageRegistry:
         if f".dkr.ecr.{region}." not in host:
             raise ImageNotFoundError(f"image {uri} is not in an ECR registry of {region}; SageMaker pulls from the job's region")
         entry = images.framework_image_version(uri)
-        if entry is None:
+        if entry is None or uri in self.missing:
             raise ImageNotFoundError(f"image {uri} does not exist in {region}")
         return framework_image(entry.runtime)
+
+    def batch_get_image(self, registry_id: str, repository: str, image_ids: list[dict[str, str]], region: str) -> dict:
+        """ECR's BatchGetImage over the images this registry holds in `region`, answered as ECR answers:
+        each image by tag with its digest, the others as failures (ImageNotFound); RepositoryNotFoundError
+        where no image of the registry lives in that repository. The manifest lists no layers (the twin
+        pulls nothing), and the digest is its sha256, as an image's digest is its manifest's."""
+        prefix = f"{registry_id}.dkr.ecr.{region}.amazonaws.com/{repository}:"
+        if not self._holds_repository(registry_id, repository, region):
+            raise RepositoryNotFoundError(
+                f"The repository with name '{repository}' does not exist in the registry with id '{registry_id}'"
+            )
+        found, failures = [], []
+        for image_id in image_ids:
+            tag = image_id.get("imageTag", "")
+            try:
+                self.resolve(prefix + tag, region)
+            except ImageNotFoundError:
+                failures.append({"imageId": image_id, "failureCode": IMAGE_NOT_FOUND, "failureReason": IMAGE_NOT_FOUND_REASON})
+                continue
+            manifest = json.dumps(
+                {
+                    "schemaVersion": 2,
+                    "mediaType": MANIFEST_MEDIA_TYPE,
+                    "config": {"mediaType": CONFIG_MEDIA_TYPE, "size": 0, "digest": _sha256(prefix + tag)},
+                    "layers": [],
+                }
+            )
+            found.append(
+                {
+                    "registryId": registry_id,
+                    "repositoryName": repository,
+                    "imageId": {"imageDigest": _sha256(manifest), "imageTag": tag},
+                    "imageManifest": manifest,
+                    "imageManifestMediaType": MANIFEST_MEDIA_TYPE,
+                }
+            )
+        return {"images": found, "failures": failures}
+
+    def _holds_repository(self, registry_id: str, repository: str, region: str) -> bool:
+        pushed = {uri.rsplit(":", 1)[0] for uri in self._pushed}
+        if f"{registry_id}.dkr.ecr.{region}.amazonaws.com/{repository}" in pushed:
+            return True
+        return any(
+            entry.registries.get(region) == registry_id
+            for table in facts.load().images.values()
+            if table.repository == repository
+            for entry in table.versions.values()
+        )
+
+
+class RepositoryNotFoundError(LookupError):
+    """No such repository in the registry (ECR's RepositoryNotFoundException)."""
+
+
+IMAGE_NOT_FOUND = "ImageNotFound"  # BatchGetImage's failureCode for a tag the repository lacks, and its reason
+IMAGE_NOT_FOUND_REASON = "Requested image not found"
+MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
+CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"
+
+
+def _sha256(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()

@@ -51,7 +51,7 @@ HOST = "127.0.0.1"
 # The services the emulated stack is made of, as botocore names them (their protocols come from botocore).
 SERVED_SERVICES = (
     "s3", "stepfunctions", "sagemaker", "logs", "cloudformation", "sns", "sqs", "events", "lambda", "iam", "sts", "batch",
-    "service-quotas", "ec2",
+    "service-quotas", "ec2", "ecr",
 )  # fmt: skip
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/\d{8}/[^/]+/([^/]+)/aws4_request")
 
@@ -100,7 +100,7 @@ def serve(
         tracking,
     ):
         upload_sample_data(stack)  # what the embedded default job trains on
-        _publish_stack(stack.outputs)
+        _publish_stack(stack.outputs, template)
         outputs_file = workdir / "cdk-outputs.json"
         outputs_file.write_text(json.dumps({STACK_NAME: stack.outputs}, indent=1, sort_keys=True))
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
@@ -137,15 +137,22 @@ def tracked_local_aws(
         yield stack, twin, tracking
 
 
-def _publish_stack(outputs: dict[str, str]) -> None:
-    """The outputs as CloudFormation holds a deployed stack's (a template of one placeholder resource)."""
-    template = {
+def _publish_stack(outputs: dict[str, str], template: dict[str, Any]) -> None:
+    """The outputs as CloudFormation holds a deployed stack's (created from a template of one placeholder
+    resource: the emulator made the resources), and the synthesized template as the one it deployed
+    (GetTemplate, from which `trainstack doctor` reads the runtime its functions were deployed with)."""
+    from moto.cloudformation.models import cloudformation_backends
+
+    placeholder = {
         "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
         "Outputs": {name: {"Value": value} for name, value in outputs.items()},
     }
     with warnings.catch_warnings():  # moto notes that it creates nothing for the placeholder: none is wanted
         warnings.simplefilter("ignore", UserWarning)
-        boto3.client("cloudformation", region_name=REGION).create_stack(StackName=STACK_NAME, TemplateBody=json.dumps(template))
+        created = boto3.client("cloudformation", region_name=REGION).create_stack(
+            StackName=STACK_NAME, TemplateBody=json.dumps(placeholder)
+        )
+    cloudformation_backends[ACCOUNT][REGION].stacks[created["StackId"]].template = json.dumps(template)
 
 
 def refuse_other_keys(app: WsgiApp, access_key: str) -> WsgiApp:
