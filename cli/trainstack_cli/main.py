@@ -9,6 +9,7 @@
     trainstack queue                             # the team queue by share: jobs, positions, capacity in use
     trainstack local serve                       # the stack emulated on 127.0.0.1, for any AWS client
     trainstack local run [job.yaml]              # one run on the emulated stack, shown live
+    trainstack local fault api|spot|capacity|hang|nan|transport|clear ...  # rehearse a failure on the served twin
     trainstack redrive --outputs cdk-outputs.json  # deliver the events the trigger dead-letter queue holds
 
 Offline: without --outputs `render` marks the stack's values as placeholders, and a ShardedByS3Key
@@ -36,6 +37,7 @@ from trainstack_cli.operate_command import operate_command
 from trainstack_cli.redrive import redrive
 from trainstack_cli.spec_file import read_spec
 from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_CODES, OUTPUTS_VARIABLE, STACK_VARIABLE, CliError, find_stack, read_outputs
+from trainstack_local.rehearsal import KINDS
 
 PLACEHOLDER = "PLACEHOLDER"
 
@@ -137,6 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output-dir", type=Path, default=Path("local-output"), help="where model.tar.gz is copied")
     run.add_argument("--workdir", type=Path, help="where the hosts' /opt/ml trees go (default: a new temporary folder)")
     run.add_argument("--template", type=Path, help="the synthesized template (default: cdk.out's)")
+    fault = local_commands.add_parser("fault", help=f"rehearse a failure on the served twin: {', '.join(KINDS)}")
+    fault.add_argument("kind", choices=KINDS)
+    fault.add_argument("target", nargs="?", help="SERVICE:Action (api), a training job (spot), a type (capacity), a job prefix")
+    fault.add_argument("--code", help="api: the error code AWS answers, e.g. ServiceUnavailable, ThrottlingException")
+    fault.add_argument("--for", dest="for_", help="api: for how long, e.g. 90s, 3m (default: until cleared or --times)")
+    fault.add_argument("--times", type=int, help="how many calls (api), jobs (capacity, hang, nan, transport)")
+    fault.add_argument("--rank", type=int, default=0, help="hang, nan, transport: the rank (default 0)")
+    fault.add_argument("--step", type=int, help="hang, nan, transport: the step")
+    fault.add_argument("--host", help="hang, nan, transport: one host, e.g. algo-2 (default: every host)")
     for command in (serve, run):  # the emulated account (a new account's, with the examples' increases, by default)
         command.add_argument(
             "--quota",
@@ -177,6 +188,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _redrive(args.outputs, args.stack)
     if args.command == "plan":
         return _plan(args.spec, args.json)
+    if args.command == "local" and args.local_command == "fault":
+        from trainstack_cli.local_fault import rehearse
+
+        return rehearse(args)
     if args.command == "local":
         from trainstack_cli import local_commands
 

@@ -10,6 +10,9 @@ Beside it runs the twin's MLflow tracking server (mlflow_server.py), which jobs 
 to, under the work directory's `mlflow/`; it outlives the twin's jobs, so each job's run is found
 once it ends.
 
+`trainstack local fault ...` rehearses failures on it (rehearsal.py: the control plane failing, a spot
+reclaim, no capacity, a hang, a NaN or a transport error in a job).
+
 Like AWS, the served endpoint refuses a request signed with another access key than the one it
 prints (InvalidAccessKeyId / UnrecognizedClientException / InvalidClientTokenId, in the protocol of
 the service asked, read from botocore's model), so a client with the wrong credentials learns it here.
@@ -44,6 +47,7 @@ from trainstack_local.event_feed import EventFeed
 from trainstack_local.mlflow_server import TrackingServer, tracking_server
 from trainstack_local.pipeline import upload_sample_data
 from trainstack_local.registry import ImageRegistry
+from trainstack_local.rehearsal import ACCESS_KEY_HEADER, FAULT_PATH, RehearsalError, apply_fault
 from trainstack_local.sagemaker_twin import SageMakerTwin, TwinSettings
 
 STACK_NAME = "trainstack-local"
@@ -104,7 +108,8 @@ def serve(
         outputs_file = workdir / "cdk-outputs.json"
         outputs_file.write_text(json.dumps({STACK_NAME: stack.outputs}, indent=1, sort_keys=True))
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
-        app = refuse_other_keys(DomainDispatcherApplication(create_backend_app), LOCAL_ENVIRONMENT["AWS_ACCESS_KEY_ID"])
+        access_key = LOCAL_ENVIRONMENT["AWS_ACCESS_KEY_ID"]
+        app = rehearsals(refuse_other_keys(DomainDispatcherApplication(create_backend_app), access_key), stack, twin, access_key)
         server = make_server(HOST, port, app, threaded=True, request_handler=MotoRequestHandler)
         thread = threading.Thread(target=server.serve_forever, name="trainstack-local-serve", daemon=True)
         thread.start()
@@ -170,6 +175,27 @@ def refuse_other_keys(app: WsgiApp, access_key: str) -> WsgiApp:
         return [body]
 
     return checked
+
+
+def rehearsals(app: WsgiApp, stack: LocalStack, twin: SageMakerTwin, access_key: str) -> WsgiApp:
+    """FAULT_PATH takes a fault to rehearse (rehearsal.py), from a caller holding the printed key."""
+
+    def answered(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != FAULT_PATH:
+            return app(environ, start_response)
+        status, answer = "200 OK", {}
+        if environ.get("HTTP_" + ACCESS_KEY_HEADER.upper().replace("-", "_")) != access_key:
+            status, answer = "403 Forbidden", {"error": "sign with the access key `trainstack local serve` printed"}
+        else:
+            try:
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+                answer = {"done": apply_fault(json.loads(environ["wsgi.input"].read(length) or b"{}"), stack, twin)}
+            except (RehearsalError, ValueError) as error:
+                status, answer = "400 Bad Request", {"error": str(error)}
+        start_response(status, [("Content-Type", "application/json")])
+        return [json.dumps(answer).encode()]
+
+    return answered
 
 
 _JSON_CODE = "UnrecognizedClientException"

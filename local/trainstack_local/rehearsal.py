@@ -1,0 +1,97 @@
+"""Failures a user rehearses on the served twin (`trainstack local fault ...`), each made the way the
+twin makes it for the tests, so that what trainstack does about it can be watched before it happens
+on AWS:
+
+- `api SERVICE:Action --code CODE [--for DURATION] [--times N]`: the control plane answers that
+  error (with the HTTP status AWS gives it), for a while or a number of times;
+- `spot JOB`: a spot reclaim of a training job (SIGTERM to each host's PID 1, SIGKILL after the
+  grace, then the whole job again on fresh hosts from its checkpoints);
+- `capacity TYPE [--times N]`: the next jobs on the type fail for capacity;
+- `hang | nan | transport PREFIX --rank R --step S [--host algo-N] [--times N]`: the next jobs whose
+  names start with PREFIX (a trial's: its restarts share it) hang, lose their loss to NaN, or fail
+  their collectives at step S on rank R (the built-in script's fault hooks, honoured in the twin only);
+- `clear`: the control plane answers again.
+
+The served app takes them on FAULT_PATH as JSON, signed with the access key the twin printed (the
+header ACCESS_KEY_HEADER), and answers with one line saying what it did, or why not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from trainstack.durations import parse_duration
+from trainstack_contract import fault_hooks
+
+if TYPE_CHECKING:  # the CLI imports this module for its names alone, without the emulation
+    from trainstack_local.emulator import LocalStack
+    from trainstack_local.sagemaker_twin import SageMakerTwin
+
+FAULT_PATH = "/_trainstack/faults"
+ACCESS_KEY_HEADER = "X-Trainstack-Access-Key"
+SCRIPT_FAULTS = {
+    "hang": fault_hooks.INJECT_HANG,
+    "nan": fault_hooks.INJECT_NAN,
+    "transport": fault_hooks.INJECT_TRANSPORT_ERROR,
+}
+KINDS = ("api", "spot", "capacity", *SCRIPT_FAULTS, "clear")
+
+
+class RehearsalError(ValueError):
+    """A fault the twin cannot make as asked; the message names the field and the fix."""
+
+
+def apply_fault(request: dict[str, Any], stack: LocalStack, twin: SageMakerTwin) -> str:
+    """Make the fault `request` describes (the CLI's arguments, as JSON); what was done, in one line."""
+    from trainstack_local.sagemaker_twin import InjectedFault
+
+    kind = request.get("kind")
+    target = str(request.get("target") or "")
+    times = _times(request.get("times"))
+    if kind == "clear":
+        stack.faults.clear()
+        return "the control plane answers again"
+    if not target:
+        raise RehearsalError(f"{kind}: name what it acts on (see `trainstack local fault --help`)")
+    if kind == "api":
+        service, _, action = target.partition(":")
+        code = request.get("code") or ""
+        if not (service and action and code):
+            raise RehearsalError(
+                "api: give SERVICE:Action and --code, e.g. sagemaker:DescribeTrainingJob --code ServiceUnavailable"
+            )
+        seconds = parse_duration(request["for"]) if request.get("for") else None
+        stack.faults.inject(service, action, code, request.get("message") or "rehearsed fault", times=times, seconds=seconds)
+        how_long = f" for {request['for']}" if seconds else ("" if times < 0 else f" {times} times")
+        return f"{service} {action} answers {code}{how_long}"
+    if kind == "spot":
+        if target not in twin.runs or twin.runs[target].job.training_job_status != "InProgress":
+            raise RehearsalError(f"spot: {target} is no training job in progress; name one `trainstack status` shows")
+        twin.interrupt(target)
+        return f"{target}: spot capacity reclaimed; SageMaker starts it again from its checkpoints"
+    if kind == "capacity":
+        twin.refuse_capacity(target, times)
+        return f"the next {'' if times < 0 else f'{times} '}jobs on {target} fail for capacity"
+    if kind in SCRIPT_FAULTS:
+        rank, step = _whole(request.get("rank"), "rank"), _whole(request.get("step"), "step")
+        host = request.get("host") or None
+        twin.inject(InjectedFault(target, SCRIPT_FAULTS[kind], f"{rank}:{step}", host, max(times, 1)))
+        return f"the next {max(times, 1)} jobs named {target}* {kind} at step {step} on rank {rank}" + (
+            f" of {host}" if host else ""
+        )
+    raise RehearsalError(f"kind {kind!r}: one of {', '.join(KINDS)}")
+
+
+def _times(value: Any) -> int:
+    """How many times; -1 (until cleared) where not given."""
+    if value is None:
+        return -1
+    if not isinstance(value, int) or value < 1:
+        raise RehearsalError("times: give a whole number from 1, e.g. --times 3")
+    return value
+
+
+def _whole(value: Any, name: str) -> int:
+    if not isinstance(value, int) or value < 0:
+        raise RehearsalError(f"{name}: give a whole number, e.g. --{name} 1")
+    return value
