@@ -68,7 +68,7 @@ from trainstack import facts  # noqa: E402
 from trainstack.planner import workload as planner_workload  # noqa: E402
 from trainstack.planner.memory import GIB, checkpoint_bytes, memory_per_gpu  # noqa: E402
 from trainstack.planner.parallelism import Layout  # noqa: E402
-from trainstack.planner.speed import ASSUMED_MFU, flops_per_token, peak_flops, speed  # noqa: E402
+from trainstack.planner.speed import flops_per_token, peak_flops, speed  # noqa: E402
 from trainstack_contract.config import TrainConfig, parse_config  # noqa: E402
 from trainstack_contract.health_rules import RULES  # noqa: E402
 from trainstack_contract.metric_lines import CHECKPOINT_STEP, METRICS, MFU, STEP, TOKENS_PER_SEC  # noqa: E402
@@ -170,6 +170,7 @@ class Planned:
     peak_flops: float
     memory_bytes: int
     tokens_per_sec: float
+    mfu: float  # what the planner expects (it grows with the model's FLOPs per token)
     checkpoint_bytes: int
 
 
@@ -185,6 +186,7 @@ class Result:
     step_time_s: float | None = None
     intervals: int = 0  # metric lines the medians are of
     mfu: float | None = None  # the planner's FLOPs per token against the facts' peak
+    planned_mfu: float | None = None  # the MFU the planner expects for the run
     script_mfu: float | None = None  # the metric lines' own mfu=, where the script knows the GPU's peak
     peak_memory_gib: float | None = None
     planned_memory_gib: float | None = None
@@ -627,14 +629,17 @@ def workload_of(run: Run) -> planner_workload.Workload:
 
 def planned(run: Run, instance: facts.Instance) -> Planned:
     """The same job on one GPU of the instance type: no collective crosses a GPU, so the plan is the
-    compute at the planner's assumed MFU and the memory of one unsharded GPU."""
+    compute at the MFU the planner expects for the model (FSDP2: at least its per-layer host floor)
+    and the memory of one unsharded GPU."""
     workload = workload_of(run)
     layout = Layout(run.config.strategy, instance, nodes=1, gpus_per_node=1, shard=1)
+    pace = speed(workload, layout)
     return Planned(
         flops_per_token=flops_per_token(workload),
         peak_flops=peak_flops(layout, workload.precision),
         memory_bytes=memory_per_gpu(workload, layout).total,
-        tokens_per_sec=speed(workload, layout).tokens_per_second,
+        tokens_per_sec=pace.tokens_per_second,
+        mfu=pace.mfu,
         checkpoint_bytes=checkpoint_bytes(workload),
     )
 
@@ -643,6 +648,7 @@ def compare_with_plan(run: Run, result: Result, instance: facts.Instance) -> Non
     plan = planned(run, instance)
     result.planned_memory_gib = plan.memory_bytes / GIB
     result.planned_tokens_per_sec = plan.tokens_per_sec
+    result.planned_mfu = plan.mfu
     if run.variant.checkpoint:
         result.planned_checkpoint_gib = plan.checkpoint_bytes / GIB
     if result.status != "ok":
@@ -679,7 +685,6 @@ def write_report(out: Path, device: Device, instance_type: str, protocol: Protoc
         "device": asdict(device),
         "instance_type": instance_type,
         "peak_tflops": instance.peak_tflops[PRECISION],
-        "planner_assumed_mfu": ASSUMED_MFU,
         "precision": PRECISION,
         "protocol": asdict(protocol),
         "runs": [asdict(result) for result in results],
@@ -694,6 +699,7 @@ def write_report(out: Path, device: Device, instance_type: str, protocol: Protoc
 THROUGHPUT_COLUMNS = (
     ("tokens/s", "tokens_per_sec", ".0f"),
     ("MFU", "mfu", ".1%"),
+    ("planned MFU", "planned_mfu", ".1%"),
     ("step ms", "step_time_s", "ms"),
     ("peak GiB", "peak_memory_gib", ".2f"),
     ("planned GiB", "planned_memory_gib", ".2f"),
@@ -720,8 +726,8 @@ def table(report: dict[str, Any]) -> str:
     lines = [
         f"gpu-check {report['generated']}{'  DRY RUN: CPU figures, the code paths only' if report['dry_run'] else ''}",
         f"device {device['name']} ({software}); one process under torchrun, {report['precision']}",
-        f"planned as on {report['instance_type']}: {report['precision']} peak {report['peak_tflops']:g} TFLOP/s per GPU, "
-        f"the planner assumes {report['planner_assumed_mfu']:.0%} MFU",
+        f"planned as on {report['instance_type']}: {report['precision']} peak {report['peak_tflops']:g} TFLOP/s per GPU; "
+        "planned MFU: the planner's for the model (it grows with FLOPs per token)",
         "",
         f"throughput runs: {protocol['steps']} steps, medians of the metric lines (every {protocol['log_every']} steps) "
         "after the first",

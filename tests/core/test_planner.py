@@ -7,7 +7,7 @@ import pytest
 
 from tests.core.specs import DDP, FSDP, PROJECT_IMAGE
 from trainstack.instances import CATALOG
-from trainstack.planner.speed import ASSUMED_MFU
+from trainstack.planner.speed import FSDP2_HOST_SECONDS_PER_LAYER, MFU_CEILING
 from trainstack.preflight import preflight
 from trainstack.rules import SpecRejectedError
 from trainstack.spec import Restarts, parse_spec
@@ -77,7 +77,7 @@ def test_a_model_that_fits_is_planned_with_speed_and_cost():
     plan = plan_of(spec())
     (option,) = plan.options
     assert plan.fits and plan.launchable
-    assert option.speed.tokens_per_second > 0 and 0 < option.speed.mfu <= ASSUMED_MFU + 1e-9
+    assert option.speed.tokens_per_second > 0 and 0 < option.speed.mfu <= MFU_CEILING  # the MFU curve's bound
     assert 0 < option.scaling_efficiency <= 1  # two nodes are never faster per GPU than one
     assert option.cost.expected_usd is not None and option.cost.expected_usd < option.cost.worst_case_usd
 
@@ -221,3 +221,18 @@ def test_a_hugging_face_model_is_planned_from_the_specs_shape_and_the_scripts_ba
     plan = plan_of(spec(hyperparameters=hyperparameters, model=LLAMA_1B, image=PROJECT_IMAGE))
     assert (plan.workload.model, plan.workload.seq_len, plan.workload.micro_batch_size) == (HF_LLAMA, 2048, 3)
     assert plan.workload.architecture.layers == 22 and plan.options[0].memory is not None
+
+
+def test_one_ddp_process_holds_no_gradient_at_its_peak_and_ddp_on_several_ranks_does():
+    """One process has no DDP buckets: backward writes the gradients as it frees the activations (tests/planner
+    measures the step's peak); several ranks keep them in DDP's buckets throughout."""
+    one = plan_of(spec(instance_type="ml.p5.4xlarge", instance_count=1)).options[0].memory
+    two = plan_of(spec()).options[0].memory
+    assert (one.gradients, one.gradients_between_steps) == (0, False)
+    assert two.gradients == two.parameters and two.gradients_between_steps
+
+
+def test_fsdp2_steps_take_at_least_its_host_work_per_layer():
+    hyperparameters = {**FSDP["hyperparameters"], "model": "gpt-125m", "micro_batch_size": 1}
+    (option,) = plan_of(spec(**{**FSDP, "instance_count": 1, "hyperparameters": hyperparameters})).options
+    assert option.speed.compute_seconds == pytest.approx(12 * FSDP2_HOST_SECONDS_PER_LAYER)  # 12 layers

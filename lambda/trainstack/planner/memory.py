@@ -7,8 +7,13 @@ FSDP1 flattens each wrapped layer and pads it to the shard degree. tests/trainin
 counts with the real modules built on the meta device.
 
 Activations are what a forward pass keeps for backward, counted per tensor the layers save (the
-flash/memory-efficient attention kernels keep no sequence-squared scores); tests/training measures
-them on CPU with the profiler. Temporary buffers and framework overhead are stated assumptions.
+flash/memory-efficient attention kernels keep no sequence-squared scores), as the layers' code saves
+them: the built-in GPT's and transformers' Llama family differ (workload.py's layer styles), and so
+do their compiled blocks; tests/planner measures them on CPU with the profiler. The peak is at the
+start of backward: every activation, the loss's gradients and autocast's weight copies, and the
+gradients when something holds them between steps (DDP's buckets, FSDP2's reduce-scatter stream,
+accumulation); tests/planner measures a whole step's peak on CPU. Framework overhead is a stated
+assumption.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 from trainstack.planner.parallelism import Layout
-from trainstack.planner.workload import Architecture, Workload
+from trainstack.planner.workload import LLAMA_LAYERS, Architecture, Workload
 
 GIB = 1024**3
 FP32 = 4
@@ -35,6 +40,11 @@ TOKEN_INDEX_BYTES = 16  # int64 inputs and targets per token
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
+    """What one GPU holds at its peak, by category; `total` is their sum. Where nothing holds the
+    gradients between steps (`gradients_between_steps`), the peak is the larger of the start of
+    backward (no gradient yet) and its end (every gradient, no activation): the other phase's
+    categories are 0 here."""
+
     parameters: int
     gradients: int
     optimizer: int
@@ -44,6 +54,7 @@ class MemoryBreakdown:
     capacity: int  # the GPU's memory
     host_offloaded: int = 0  # per GPU, on the host (FSDP2 CPU offload)
     host_capacity: int = 0  # per GPU's share of usable host memory
+    gradients_between_steps: bool = True  # False: backward writes them and zero_grad frees them (one DDP process)
 
     @property
     def total(self) -> int:
@@ -160,42 +171,84 @@ def activation_dtypes(workload: Workload, layout: Layout) -> tuple[int, int]:
     return compute, compute
 
 
-def layer_activation_elements(architecture: Architecture, tensor: int) -> tuple[int, int]:
-    """Per token, the (residual, other) elements one layer saves without checkpointing: its two norm
-    inputs; the norm outputs, q, k, v, attention output, output-projection input and the MLP's
-    inner activations (2 x ffn for GELU: its input and output; 4 x ffn for a gated MLP)."""
+def _autocast(workload: Workload, layout: Layout) -> bool:
+    return layout.strategy in ("ddp", "smddp") and workload.precision != "fp32"
+
+
+def layer_activation_bytes(workload: Workload, layout: Layout) -> int:
+    """Bytes per token one layer saves for backward without checkpointing (tests/planner measures
+    them on CPU with the profiler)."""
+    architecture = workload.architecture
+    h, kv, ffn, tensor = architecture.hidden, architecture.kv_width, architecture.ffn_hidden, layout.tensor
+    residual, compute = activation_dtypes(workload, layout)
+    if architecture.layer_style != LLAMA_LAYERS:
+        # The two norm inputs (residual stream); the norm outputs, q, k, v, the attention output, the
+        # output projection's input and the MLP's inner activations (2 x ffn for GELU: its input and
+        # output; 4 x ffn for a gated MLP). Compiled blocks save about as much (2 x hidden less, measured).
+        mlp = (4 if architecture.gated_mlp else 2) * ffn
+        return 2 * h * residual + (2 * h + (3 * h + 2 * kv + mlp) // tensor) * compute
+    # transformers' Llama layers, measured per tensor on CPU (tests/planner): under autocast each
+    # RMSNorm keeps its fp32 input and its fp32 normalized output (its weight's gradient needs it),
+    # which q, k, v (or gate, up) each cast to bf16 again: 5 x hidden of casts. Without autocast
+    # (FSDP's bf16 parameters) a norm keeps its input upcast to fp32 and its normalized and scaled
+    # outputs in bf16. Then q, the attention output (the output projection's input), k, v, and the gated MLP's
+    # gate, up, SiLU and product; and the norms' fp32 statistics and attention's fp32 log-sum-exp per
+    # head. A compiled block's graph saves less: one fp32 stream (none without autocast) and one cast
+    # per norm, and it recomputes the SiLU (measured with inductor on CPU).
+    # (fp32 elements, compute elements kept whole on each tensor-parallel rank, compute elements split)
+    autocast = _autocast(workload, layout)
+    if workload.compiled:
+        fp32, whole, split = (h if autocast else 0), (2 if autocast else 3) * h, 3 * h + 2 * kv + 3 * ffn
+    else:
+        fp32, whole, split = (4 if autocast else 2) * h, (5 if autocast else 4) * h, 2 * h + 2 * kv + 4 * ffn
+    statistics = (2 + architecture.heads // tensor) * FP32
+    return fp32 * FP32 + (whole + split // tensor) * compute + statistics
+
+
+def _head_bytes_per_token(workload: Workload, layout: Layout) -> int:
+    """The final norm (never compiled) and the output head's input, and the loss's saved fp32 log-probs;
+    Llama's rotary cos and sin, which every layer shares, in the residual stream's dtype."""
+    architecture = workload.architecture
     h = architecture.hidden
-    mlp = (4 if architecture.gated_mlp else 2) * architecture.ffn_hidden
-    split = 3 * h + 2 * architecture.kv_width + mlp  # split across tensor-parallel ranks
-    return 2 * h, 2 * h + split // tensor
+    residual, compute = activation_dtypes(workload, layout)
+    if architecture.layer_style == LLAMA_LAYERS:
+        norm = (2 * h * FP32 + h * compute) if _autocast(workload, layout) else (h * FP32 + 2 * h * compute)
+        norm += FP32 + 2 * (h // architecture.heads) * residual
+    else:
+        norm = h * (residual + compute)
+    return norm + architecture.vocab * FP32 + TOKEN_INDEX_BYTES
 
 
 def activation_bytes(workload: Workload, layout: Layout) -> int:
     architecture = workload.architecture
-    residual, other = activation_dtypes(workload, layout)
+    residual, _ = activation_dtypes(workload, layout)
     tokens = workload.tokens_per_micro_batch
-    layer_residual, layer_other = layer_activation_elements(architecture, layout.tensor)
-    full_layer = tokens * (layer_residual * residual + layer_other * other)
+    full_layer = tokens * layer_activation_bytes(workload, layout)
     # With checkpointing, only each layer's input is kept.
     per_layer = tokens * architecture.hidden * residual if workload.activation_checkpointing else full_layer
     layers = per_layer * architecture.layers
     if workload.activation_offloading:  # saved tensors wait on the host; one layer's are on the GPU
         layers = per_layer
-    head = tokens * (architecture.hidden * (residual + other) + architecture.vocab * FP32 + TOKEN_INDEX_BYTES)
-    return layers + head
+    return layers + tokens * _head_bytes_per_token(workload, layout)
+
+
+def autocast_weight_bytes(workload: Workload, layout: Layout) -> int:
+    """Autocast's bf16/fp16 copies of the weights, cached (or, in a compiled block, saved) until backward."""
+    if not _autocast(workload, layout):
+        return 0
+    return workload.architecture.matmul_parameters * DTYPE_BYTES[workload.precision]
 
 
 def temporary_bytes(workload: Workload, layout: Layout) -> int:
     architecture = workload.architecture
     _, compute = activation_dtypes(workload, layout)
     tokens = workload.tokens_per_micro_batch
-    # The logits in the compute dtype and their fp32 copy for the loss, then the gradient of the logits.
-    buffers = tokens * architecture.vocab * (compute + FP32)
+    # The loss's backward begins with the gradient of the log-probs and then of the logits, both fp32,
+    # beside the saved log-probs (the forward held at most the logits, their fp32 copy and the log-probs).
+    buffers = tokens * architecture.vocab * 2 * FP32
     if workload.activation_checkpointing:  # backward recomputes one layer's activations at a time
-        layer_residual, layer_other = layer_activation_elements(architecture, layout.tensor)
-        buffers += tokens * (layer_residual * FP32 + layer_other * compute)
-    if layout.strategy in ("ddp", "smddp") and workload.precision != "fp32":
-        buffers += architecture.matmul_parameters * compute  # autocast's cached weight copies
+        buffers += tokens * layer_activation_bytes(workload, layout)
+    buffers += autocast_weight_bytes(workload, layout)
     if layout.shards_parameters:
         layer = architecture.layer_parameters() // layout.tensor
         if workload.reshard_after_forward or layout.strategy == "smp":
@@ -207,6 +260,18 @@ def temporary_bytes(workload: Workload, layout: Layout) -> int:
     return buffers
 
 
+def gradients_between_steps(workload: Workload, layout: Layout) -> bool:
+    """Whether something holds the gradients from one step into the next's forward. It does but for one
+    process of DDP or SMDDP without accumulation: the script wraps nothing for one rank, so backward
+    writes each layer's gradients after freeing activations larger than them, and zero_grad(set_to_none)
+    frees them before the next forward (measured: a whole step's peak on CPU, tests/planner, and the 1.1B
+    Llama on one H200). DDP's buckets (several ranks, gradient_as_bucket_view) hold them throughout;
+    accumulation keeps them between micro-steps; FSDP2 on one H200 held them as well (its reduce-scatter
+    writes them on its own stream, and the caching allocator gives a freed block back to that stream
+    only); SMP is not measured."""
+    return not (layout.strategy in ("ddp", "smddp") and layout.world == 1 and workload.grad_accum == 1)
+
+
 def memory_per_gpu(workload: Workload, layout: Layout) -> MemoryBreakdown:
     states = model_states(workload, layout)
     instance = layout.instance
@@ -215,16 +280,27 @@ def memory_per_gpu(workload: Workload, layout: Layout) -> MemoryBreakdown:
     if workload.cpu_offload and layout.strategy == "fsdp":  # FSDP2 CPUOffloadPolicy: states live on the host
         offloaded, parameters, gradients, optimizer = parameters + gradients + optimizer, 0, 0, 0
     host_share = int(instance.host_memory_gib * GIB * HOST_USABLE / layout.gpus_per_node) if instance.host_memory_gib else 0
+    activations, temporary = activation_bytes(workload, layout), temporary_bytes(workload, layout)
+    held = gradients_between_steps(workload, layout)
+    if not held:
+        # The start of backward (no gradient yet), or its end: every gradient, autocast's weight copies
+        # (cached until autocast exits, after backward), no activation.
+        weights = autocast_weight_bytes(workload, layout)
+        if gradients + weights > activations + temporary:
+            activations, temporary = 0, weights
+        else:
+            gradients = 0
     return MemoryBreakdown(
         parameters=parameters,
         gradients=gradients,
         optimizer=optimizer,
-        activations=activation_bytes(workload, layout),
-        temporary=temporary_bytes(workload, layout),
+        activations=activations,
+        temporary=temporary,
         overhead=FRAMEWORK_OVERHEAD_BYTES,
         capacity=int(instance.accelerator_memory_gib * GIB),
         host_offloaded=offloaded,
         host_capacity=host_share if offloaded else 0,
+        gradients_between_steps=held,
     )
 
 

@@ -1,4 +1,5 @@
-"""Step time: compute at an assumed MFU, plus the part of each strategy's collectives that does not
+"""Step time: compute at an MFU that grows with the model's FLOPs per token (measured on one H200), a
+floor of FSDP2's per-layer host work, plus the part of each strategy's collectives that does not
 hide behind compute, from an alpha-beta model of NCCL's hierarchical collectives over NVLink and EFA.
 
 A collective over ranks on N nodes with p GPUs each runs in two pipelined phases: inside each node
@@ -19,9 +20,32 @@ from trainstack.planner.memory import DTYPE_BYTES, FP32
 from trainstack.planner.parallelism import Layout
 from trainstack.planner.workload import Workload
 
-# The share of dense peak a well-tuned transformer step reaches (MFU). Published LLM training runs
-# report 35-55% on A100/H100 (PaLM 46%, torchtitan Llama 3 8B on H100 ~40%); the planner assumes 40%.
-ASSUMED_MFU = 0.40
+# The share of dense peak a step's compute reaches (MFU), measured with tools/gpu_check.py on one H200
+# (2026-11-26, torch 2.11): the built-in script's DDP on one GPU (no collective), bf16, compiled blocks, the
+# fused AdamW, health rules at their defaults: 32.3% at gpt-125m (0.85 GFLOP per token), 42.8% at gpt-350m
+# (2.42), 47.9% at the 1.1B Llama (7.31): they ran at 0.81x to 1.20x of what a constant 40% planned.
+# Small models' matmuls do not fill the GPU, and the work that is no matmul (norms, activation functions,
+# the loss over the vocabulary, the optimizer's pass over the weights) takes a time per token that grows
+# more slowly than their FLOPs. A step is then its FLOPs at a ceiling efficiency plus that time, so
+#     MFU = MFU_CEILING x F / (F + MFU_HALF_FLOPS)
+# with F the model's FLOPs per token per GPU; MFU_HALF_FLOPS is what that time is worth at the ceiling.
+# Fitted to the three runs: each within 1.3%. The ceiling bounds it: above the largest run it adds at
+# most 3 points (a 70B model is planned at 51%, before collectives). Unverified on other GPUs (an H100 has
+# the H200's bf16 peak with 30% less memory bandwidth, so its small models likely reach less), with
+# collectives (added below, separately), with compile off (gpt-125m: 7% slower) and for other scripts.
+MFU_CEILING = 0.51
+MFU_HALF_FLOPS = 0.5e9
+# cli/trainstack_cli/plan_view.py names this in its footnote: the ceiling, now that MFU depends on the model.
+ASSUMED_MFU = MFU_CEILING
+# FSDP2 runs its hooks on the host for every layer, every micro-step (issuing the all-gather and its copies,
+# DTensor bookkeeping, the reduce-scatter with its casts, stream waits), and the GPU waits for them when its
+# own work per layer is shorter. Measured on one H200 (above), FSDP2 steps took 5.18 ms per layer at
+# gpt-125m and 5.13 at gpt-350m, though the larger model's layers gather 1.8x the bytes and do 1.8x the FLOPs:
+# the time is per layer, not per byte or FLOP (unwrapped DDP took 3.7 and 3.9 ms per layer there). The
+# Llama's 5.7 ms of compute per layer hid it (its FSDP2 run: 0.95 of its DDP run, on another machine).
+# A floor per layer and micro-step; the host's speed and torch's version move it, and it is unverified
+# on several GPUs, where each rank runs the same hooks and its collectives besides.
+FSDP2_HOST_SECONDS_PER_LAYER = 5.15e-3
 LINK_EFFICIENCY = 0.85  # the share of NVLink and EFA line rates NCCL's large messages reach
 NVLINK_LATENCY_S = 5e-6  # per ring step inside a node
 NETWORK_LATENCY_S = 20e-6  # per ring step across nodes
@@ -36,7 +60,7 @@ RECOMPUTE_FACTOR = 4 / 3  # activation checkpointing repeats the forward pass: 8
 @dataclass(frozen=True)
 class Speed:
     step_seconds: float
-    compute_seconds: float
+    compute_seconds: float  # the GPU's, or FSDP2's host floor where that is longer
     communication_seconds: float  # every collective of a step, before overlap
     exposed_communication_seconds: float
     tokens_per_step: int
@@ -112,13 +136,30 @@ def communication_seconds(workload: Workload, layout: Layout) -> tuple[float, fl
     return overlappable, critical
 
 
-def speed(workload: Workload, layout: Layout, mfu: float = ASSUMED_MFU) -> Speed:
+def expected_mfu(workload: Workload, layout: Layout) -> float:
+    """The share of dense peak the compute reaches (before collectives): MFU_CEILING x F / (F +
+    MFU_HALF_FLOPS), F the model's FLOPs per token on one GPU (a tensor-parallel rank's share)."""
+    flops = flops_per_token(workload) / layout.tensor
+    return MFU_CEILING * flops / (flops + MFU_HALF_FLOPS)
+
+
+def host_floor_seconds(workload: Workload, layout: Layout) -> float:
+    """The shortest a step can be, whatever its compute: FSDP2's per-layer host work, every micro-step."""
+    if layout.strategy != "fsdp":
+        return 0.0
+    return workload.grad_accum * workload.architecture.layers * FSDP2_HOST_SECONDS_PER_LAYER
+
+
+def speed(workload: Workload, layout: Layout, mfu: float | None = None) -> Speed:
+    """`mfu`: the compute's efficiency, expected_mfu's unless given."""
     peak = peak_flops(layout, workload.precision)
     model_flops = flops_per_token(workload)
     hardware_flops = model_flops * (RECOMPUTE_FACTOR if workload.activation_checkpointing else 1.0)
+    efficiency = expected_mfu(workload, layout) if mfu is None else mfu
     # A tensor-parallel group shares each micro-batch: every GPU does 1/tensor of its FLOPs.
     tokens_per_group = workload.tokens_per_micro_batch * workload.grad_accum
-    compute = tokens_per_group * hardware_flops / layout.tensor / (peak * mfu) if peak else float("inf")
+    compute = tokens_per_group * hardware_flops / layout.tensor / (peak * efficiency) if peak else float("inf")
+    compute = max(compute, host_floor_seconds(workload, layout))
     overlappable, critical = communication_seconds(workload, layout)
     exposed = max(0.0, overlappable - OVERLAP[layout.strategy] * compute) + critical
     step = compute + exposed

@@ -20,6 +20,11 @@ DEFAULT_HEAD_DIM = 128
 GATED_MLP_EXPANSION = 8 / 3  # Llama's SwiGLU width for the same parameters as a 4x GELU MLP
 GATED_MLP_MULTIPLE = 256
 LOOKUPS = ("wte.weight", "wpe.weight")  # embeddings read by index, never multiplied
+# How a layer's code saves its activations for backward (memory.py counts each):
+GPT_LAYERS = "gpt"  # one fused attention projection and torch's LayerNorm kernel (the built-in GPT, GPT-NeoX, GPT-2)
+# transformers' Llama family (Llama, Mistral, Qwen2: what a gated MLP comes with there): RMSNorm as Python
+# ops that upcast to fp32, and separate q, k, v and gate, up projections, each casting its input under autocast
+LLAMA_LAYERS = "llama"
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,7 @@ class Architecture:
     tied_embeddings: bool
     learned_positions: int  # rows of a learned position embedding (GPT-2's wpe), or 0
     shapes: tuple[tuple[str, tuple[int, ...]], ...]
+    layer_style: str = GPT_LAYERS  # GPT_LAYERS or LLAMA_LAYERS
 
     @property
     def kv_width(self) -> int:
@@ -90,6 +96,9 @@ class Workload:
     steps: int | None
     reduce_every_micro_step: bool = False  # sharded strategies: reduce-scatter each micro-step
     parameters_stated: int | None = None  # the spec's exact count, when it overrides the shape's
+    # torch.compile of each block (the built-in script's `compile`): its graphs save fewer activations of
+    # Llama-style layers. A user's own script is planned as not compiled (the larger count).
+    compiled: bool = False
 
     @property
     def parameters(self) -> int:
@@ -184,6 +193,7 @@ def decoder_architecture(shape: ModelShape) -> Architecture:
         tied_embeddings=shape.tied_embeddings,
         learned_positions=0,
         shapes=tuple(shapes),
+        layer_style=LLAMA_LAYERS if shape.gated_mlp else GPT_LAYERS,
     )
 
 
@@ -214,6 +224,7 @@ def _builtin(config: TrainConfig, architecture: Architecture | None, context_len
         reshard_after_forward=config.reshard_after_forward,
         steps=config.max_steps,
         reduce_every_micro_step=config.reduce_every_micro_step,
+        compiled=config.compile,
     )
 
 
