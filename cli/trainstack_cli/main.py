@@ -7,6 +7,8 @@
     trainstack submit job.yaml [--source DIR] [--wait]   # on the stack (--stack NAME or --outputs FILE)
     trainstack runs | status RUN | logs RUN [--follow] | stop RUN | resume RUN   # --json on every read command
     trainstack queue                             # the team queue by share: jobs, positions, capacity in use
+    trainstack doctor [--spec job.yaml]          # can this account and stack run a job? one line per check
+    trainstack smoke [--yes]                     # a few minutes' real run: submit, stop, resume, model, cost
     trainstack local serve                       # the stack emulated on 127.0.0.1, for any AWS client
     trainstack local run [job.yaml]              # one run on the emulated stack, shown live
     trainstack local fault api|spot|capacity|hang|nan|transport|clear ...  # rehearse a failure on the served twin
@@ -126,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("run", help="the stopped or failed execution's name (or ARN)")
     resume.add_argument("--wait", action="store_true", help="follow the new run live until it ends")
     _stack_command(commands, "queue", "the team queue by share: active jobs, their priority and position, capacity in use")
+    doctor = _stack_command(commands, "doctor", "can this account and stack run a job? one line per check, with the fix")
+    doctor.add_argument(
+        "--spec", action="append", default=[], type=Path, help="a spec whose instance types to check (default: examples/*.yaml)"
+    )
+    smoke = _stack_command(commands, "smoke", "a real run through the stack on the cheapest CPU instance: stop, resume, model")
+    smoke.add_argument("--yes", action="store_true", help="start without asking (the worst case is printed all the same)")
+    smoke.add_argument("--instance-type", help="a CPU training instance type (default: the cheapest the catalog prices)")
 
     local = commands.add_parser("local", help="the stack emulated on this machine (needs `make synth`)")
     local_commands = local.add_subparsers(dest="local_command", required=True)
@@ -196,7 +205,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from trainstack_cli import local_commands
 
         return local_commands.run(args)
-    if args.command in ("submit", "runs", "status", "logs", "stop", "resume", "queue"):
+    if args.command == "doctor":  # whether the stack can be found is one of its checks
+        from trainstack_cli.operate_command import doctor_command
+
+        return doctor_command(args)
+    if args.command in ("submit", "runs", "status", "logs", "stop", "resume", "queue", "smoke"):
         stack = find_stack(args.stack, args.outputs, args.profile, args.region)
         return operate_command(args, stack)
     return _validate_or_render(args)

@@ -15,11 +15,11 @@ from trainstack_cli.logs import follow_logs
 from trainstack_cli.queue_reading import read_queue
 from trainstack_cli.run_reading import list_runs, read_run, watch
 from trainstack_cli.runs import RunView
-from trainstack_cli.stack import EXIT_OK, EXIT_RUN_FAILED, Stack
+from trainstack_cli.stack import EXIT_NO_STACK, EXIT_OK, EXIT_RUN_FAILED, Stack
 from trainstack_cli.stop import stop
 from trainstack_cli.submit import resume, submit
 from trainstack_cli.views import console as cli_console
-from trainstack_cli.views import live_line, queue_table, runs_table, status_view, stopped_view
+from trainstack_cli.views import doctor_view, live_line, queue_table, runs_table, smoke_view, status_view, stopped_view
 
 
 def operate_command(args: argparse.Namespace, stack: Stack) -> int:
@@ -49,7 +49,35 @@ def operate_command(args: argparse.Namespace, stack: Stack) -> int:
     if args.command == "queue":
         queue = read_queue(stack)
         return _show(console, args.json, queue.to_json(), lambda: queue_table(queue))
+    if args.command == "smoke":
+        return smoke_command(args, stack, console)
     raise ValueError(args.command)
+
+
+def doctor_command(args: argparse.Namespace) -> int:
+    """Every check, shown; exit 3 where the credentials or the stack's outputs fail (nothing else could
+    be checked), 1 where another check fails."""
+    from trainstack_cli.doctor import CREDENTIALS, FAILED, OUTPUTS, doctor
+
+    results = doctor(args.stack, args.outputs, args.profile, args.region, args.spec)
+    _show(cli_console(), args.json, [result.to_json() for result in results], lambda: doctor_view(results))
+    failed = {result.check for result in results if result.status == FAILED}
+    if failed & {CREDENTIALS, OUTPUTS}:
+        return EXIT_NO_STACK
+    return EXIT_RUN_FAILED if failed else EXIT_OK
+
+
+def smoke_command(args: argparse.Namespace, stack: Stack, console: Console) -> int:
+    """The worst case confirmed, then the legs, each step as it ends, and the summary."""
+    from trainstack_cli.smoke import confirmed, plan_smoke, run_smoke
+
+    report = plan_smoke(stack, args.instance_type)
+    if not confirmed(report, args.yes):
+        print("trainstack smoke: nothing started", file=sys.stderr)
+        return EXIT_RUN_FAILED
+    report = run_smoke(stack, report, lambda line: None if args.json else console.print(line, soft_wrap=True))
+    _show(console, args.json, report.to_json(), lambda: smoke_view(report))
+    return EXIT_OK if report.passed else EXIT_RUN_FAILED
 
 
 def _show(console: Console, as_json: bool, data: Any, view: Callable[[], RenderableType]) -> int:

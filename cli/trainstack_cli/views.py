@@ -13,7 +13,9 @@ from trainstack.billing import cost_basis
 from trainstack.run_report import job_links
 from trainstack.service_jobs import CAPACITY_UNIT, RUNNABLE
 from trainstack.workflow import NOT_STARTED
+from trainstack_cli.doctor import FAILED, NOT_APPLICABLE, PASSED, CheckResult
 from trainstack_cli.runs import QUEUED_STATUS, RunView, StopView, TrialView
+from trainstack_cli.smoke import SmokeReport
 from trainstack_cli.team_queue import QueueView, ServiceJobView
 from trainstack_contract.metric_lines import CHECKPOINT_STEP, LOSS, STEP, TOKENS_PER_SEC
 
@@ -228,3 +230,42 @@ def _metric(trial: TrialView, name: str, form: str) -> str:
 
 def _styled(status: str) -> Text:
     return Text(status, style=STATUS_STYLES.get(status, "cyan"))
+
+
+CHECK_MARKS = {PASSED: ("✓", "green"), FAILED: ("✗", "red"), NOT_APPLICABLE: ("-", "dim")}
+
+
+def doctor_view(results: list[CheckResult]) -> RenderableType:
+    """One line per check: ✓ and what it saw, ✗ and the fix, - where it does not apply; then the count."""
+    lines = []
+    for result in results:
+        mark, style = CHECK_MARKS[result.status]
+        line = Text.assemble((mark, style), f" {result.check}: {result.detail}")
+        if result.fix:
+            line.append(f"; fix: {result.fix}", style="yellow")
+        lines.append(line)
+    counts = {status: sum(r.status == status for r in results) for status in CHECK_MARKS}
+    lines.append(Text(f"doctor: {counts[PASSED]} passed, {counts[FAILED]} failed, {counts[NOT_APPLICABLE]} not applicable"))
+    return Group(*lines)
+
+
+def smoke_view(report: SmokeReport) -> RenderableType:
+    """What passed, what it cost, what only a real account shows, and what the runs left."""
+    verdict = Text("passed", style="green") if report.passed else Text("FAILED", style="red")
+    lines = [Text.assemble("smoke: ", verdict, f" on 1 x {report.instance_type}")]
+    for leg in report.legs:
+        steps = ", ".join(f"{step.what} {'✓' if step.passed else '✗'}" for step in leg.steps)
+        lines.append(Text(f"  {leg.name}: {steps} (runs {', '.join(leg.runs)})"))
+    lines.append(
+        Text(
+            f"cost: {report.billable_seconds} billable instance-seconds x ${report.price_per_hour}/h = "
+            f"${report.cost_usd:.4f} (worst case {usd(report.worst_case_usd)}; {cost_basis()})"
+        )
+    )
+    observed = [line for leg in report.legs for line in leg.observed]
+    if observed:
+        lines.append(Text("observed (what the twin could only assume):"))
+        lines += [Text(f"  {line}") for line in observed]
+    lines.append(Text("left (the runs' own outputs; nothing else):"))
+    lines += [Text(f"  {line}", style="dim") for line in report.left]
+    return Group(*lines)
