@@ -28,7 +28,8 @@ def show(plan: JobPlan, source: str, console: Console) -> None:
         console.print(_option_table(option))
     prices = facts.prices()
     console.print(
-        f"Assumed: MFU {speed.ASSUMED_MFU:.0%} of dense peak; {memory.HEADROOM:.0%} of GPU memory kept free; "
+        f"Assumed: MFU growing with the model's FLOPs per token up to {speed.MFU_CEILING:.0%} of dense peak "
+        f"(measured on one H200); {memory.HEADROOM:.0%} of GPU memory kept free; "
         f"{memory.FRAMEWORK_OVERHEAD_BYTES / memory.GIB:.0f} GiB framework overhead; spot {cost.ASSUMED_SPOT_DISCOUNT:.0%} "
         f"below on demand; prices in {prices['currency']}: {prices['source']}, {prices['region']}, {prices['as_of']}.",
         style="dim",

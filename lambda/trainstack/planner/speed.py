@@ -35,8 +35,6 @@ from trainstack.planner.workload import Workload
 # collectives (added below, separately), with compile off (gpt-125m: 7% slower) and for other scripts.
 MFU_CEILING = 0.51
 MFU_HALF_FLOPS = 0.5e9
-# cli/trainstack_cli/plan_view.py names this in its footnote: the ceiling, now that MFU depends on the model.
-ASSUMED_MFU = MFU_CEILING
 # FSDP2 runs its hooks on the host for every layer, every micro-step (issuing the all-gather and its copies,
 # DTensor bookkeeping, the reduce-scatter with its casts, stream waits), and the GPU waits for them when its
 # own work per layer is shorter. Measured on one H200 (above), FSDP2 steps took 5.18 ms per layer at
