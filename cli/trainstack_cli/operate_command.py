@@ -72,7 +72,7 @@ def smoke_command(args: argparse.Namespace, stack: Stack, console: Console) -> i
     from trainstack_cli.smoke import confirmed, plan_smoke, run_smoke
 
     report = plan_smoke(stack, args.instance_type)
-    if not confirmed(report, args.yes):
+    if not confirmed(report, args.yes, sys.stderr if args.json else sys.stdout):  # --json: stdout is the report alone
         print("trainstack smoke: nothing started", file=sys.stderr)
         return EXIT_RUN_FAILED
     report = run_smoke(stack, report, lambda line: None if args.json else console.print(line, soft_wrap=True))

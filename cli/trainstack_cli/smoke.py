@@ -19,14 +19,15 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import yaml
 
 from trainstack import facts
 from trainstack.polling import poll_until
 from trainstack.preflight import preflight
-from trainstack.spec import parse_spec
+from trainstack.rules import SpecRejectedError
+from trainstack.spec import SpecError, parse_spec
 from trainstack_cli.logs import follow_logs, streams
 from trainstack_cli.run_reading import read_run
 from trainstack_cli.runs import RunView, TrialView
@@ -119,7 +120,10 @@ def plan_smoke(stack: Stack, instance_type: str | None) -> SmokeReport:
         legs.append(Leg("team queue", smoke_spec("smoke-queue", chosen, queued=True)))
     worst = 0.0
     for leg in legs:
-        plan = preflight(parse_spec(leg.spec), None, stack.region, stack.context).plan
+        try:
+            plan = preflight(parse_spec(leg.spec), None, stack.region, stack.context).plan
+        except (SpecError, SpecRejectedError) as error:  # e.g. a region without the CPU image
+            raise CliError(f"the {leg.name} smoke run would be refused: {error.problems[0]}", EXIT_BAD_INPUT) from None
         worst += 2 * (plan.worst_case_usd or 0.0)
     return SmokeReport(chosen, instance.price_per_hour, round(worst, 4), legs)
 
@@ -275,18 +279,19 @@ def left_behind(stack: Stack, views: list[RunView]) -> list[str]:
     return left
 
 
-def confirmed(report: SmokeReport, yes: bool) -> bool:
-    """The worst case, stated; started only on --yes or a `y` typed here."""
+def confirmed(report: SmokeReport, yes: bool, out: TextIO) -> bool:
+    """The worst case, stated on `out`; started only on --yes or a `y` typed here."""
     runs = 2 * len(report.legs)
     print(
         f"trainstack smoke: {runs} runs ({' and '.join(leg.name for leg in report.legs)}: one stopped at a step, one "
         f"resuming it) of 1 x {report.instance_type} at ${report.price_per_hour}/h, {STEPS} steps, max_runtime "
         f"{MAX_RUNTIME} each; worst case ${report.worst_case_usd:.2f} (the plan's, every job each run may create "
         "billed for its max_runtime); a few cents expected",
+        file=out,
         flush=True,
     )
     if yes:
         return True
-    print("start it? [y/N] ", end="", flush=True)
+    print("start it? [y/N] ", end="", file=out, flush=True)
     answer = sys.stdin.readline()
     return answer.strip().lower() in ("y", "yes")

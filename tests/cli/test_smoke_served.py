@@ -70,7 +70,8 @@ def test_smoke_stops_resumes_and_completes_a_run_and_lists_all_it_left(served):
     done = smoke(served, "--yes", "--json")
 
     assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout[done.stdout.index("{") :])  # after the worst-case line
+    report = json.loads(done.stdout)
+    assert done.stderr.startswith("trainstack smoke: 2 runs (direct: ")  # the worst case, said where the report is not
     assert report["passed"] and report["instance_type"] == "ml.t3.medium"
     (leg,) = report["legs"]
     assert [step["what"] for step in leg["steps"]] == STEP_NAMES and all(step["passed"] for step in leg["steps"])
