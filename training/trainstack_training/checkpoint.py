@@ -54,6 +54,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from trainstack_contract.metric_lines import checkpoint_line
 from trainstack_training.distributed import DistContext, all_gather, barrier, from_main
 from trainstack_training.metrics import print_line
+from trainstack_training.safe_loading import CheckedReader, UnsafeCheckpointError, load_plain, read_dcp_metadata, refusal_in
 
 log = logging.getLogger("trainstack")
 MANIFEST = "manifest.json"
@@ -158,10 +159,30 @@ class Checkpointer:
         return from_main(_choose(reports) if self.context.is_main else None, self.context)
 
     def load(self, step: int, state: TrainingState, zero1_optimizer: torch.optim.Optimizer | None = None) -> Path:
+        """Load a checkpoint as data only (safe_loading.py): a file holding anything but tensors and plain
+        values is refused on every rank with UnsafeCheckpointError, one line naming it, and never unpickled."""
         path = self.path(step)
-        dcp.load({"training": state}, storage_reader=dcp.FileSystemReader(path))
+        metadata, zero1_state, refusal = None, None, None
+        try:
+            metadata = read_dcp_metadata(path)
+            if zero1_optimizer is not None:
+                # on the CPU: ZeRO copies each rank's partition to its parameters' device (the file's own
+                # device tag, rank 0's GPU, would put every rank's copy on that one GPU)
+                zero1_state = load_plain(path / ZERO1_OPTIMIZER)
+        except UnsafeCheckpointError as error:
+            refusal = str(error)
+        # Each host reads its own copy: a file planted in one host's copy stops every rank, not only that host's.
+        refusals = [r for r in all_gather(refusal, self.context) if r is not None]
+        if refusals:
+            raise UnsafeCheckpointError(refusals[0])
+        try:
+            dcp.load({"training": state}, storage_reader=CheckedReader(path, metadata))
+        except BaseException as error:  # DCP raises every rank's errors in a CheckpointException, a BaseException
+            if (refused := refusal_in(error)) is None:
+                raise
+            raise UnsafeCheckpointError(str(refused)) from None
         if zero1_optimizer is not None:
-            zero1_optimizer.load_state_dict(torch.load(path / ZERO1_OPTIMIZER, weights_only=False))
+            zero1_optimizer.load_state_dict(zero1_state)
         return path
 
     def save(self, state: TrainingState, zero1_optimizer: torch.optim.Optimizer | None = None, *, wait: bool = True) -> Path:

@@ -16,8 +16,9 @@ class ImageSet:
         if not images.exists() or not labels.exists():
             raise DataError(f"{directory} needs images.npy and labels.npy (see training/prepare_data.py digits)")
         self.name = data_set_name([images, labels])
-        self._images = np.load(images, mmap_mode="r")
-        self._labels = np.load(labels, mmap_mode="r")
+        # allow_pickle=False (numpy's default, said here): an object array in a channel is a pickle, refused unread
+        self._images = np.load(images, mmap_mode="r", allow_pickle=False)
+        self._labels = np.load(labels, mmap_mode="r", allow_pickle=False)
         if self._images.shape[1:] != (28, 28) or len(self._images) != len(self._labels):
             raise DataError(f"{directory}: expected N x 28 x 28 images and N labels")
 

@@ -24,6 +24,7 @@ from trainstack_contract.model_sizes import SMP_TENSOR_PARALLEL_MODEL_TYPES, hf_
 # Weights load from safetensors only: a pickled checkpoint runs code when loaded, and silently
 # ignoring one would train from random weights.
 PICKLED_WEIGHTS = "pytorch_model*.bin"
+SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")  # what from_pretrained reads, sharded or not
 SCRIPT_DIR = Path(__file__).resolve().parents[2]  # where train.py lives: /opt/ml/code in the container
 
 
@@ -77,14 +78,23 @@ class HFCausalLM(nn.Module):
         transformers = _transformers()
         path = resolve(name)
         options = {"dtype": torch.float32, "attn_implementation": "sdpa"}  # fp32 master weights; autocast computes
-        has_weights = path.is_dir() and any(path.glob("*.safetensors"))
+        has_weights = path.is_dir() and any((path / weights).is_file() for weights in SAFETENSORS_WEIGHTS)
+        if path.is_dir() and not has_weights and (stray := sorted(p.name for p in path.glob("*.safetensors"))):
+            raise ConfigError(
+                f"hyperparameter 'model' = {name!r}: {path} holds {', '.join(stray)} but no {' or '.join(SAFETENSORS_WEIGHTS)}, "
+                "the weights from_pretrained reads; save them with save_pretrained(folder) and give that folder"
+            )
         if path.is_dir() and not has_weights and any(path.glob(PICKLED_WEIGHTS)):
             raise ConfigError(
                 f"hyperparameter 'model' = {name!r}: {path} holds {PICKLED_WEIGHTS} weights (pickles) but no *.safetensors; "
                 "convert them once with save_pretrained(folder) (safetensors is its default) and give that folder"
             )
         if read_weights and has_weights:
-            self.hf = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **options)
+            # use_safetensors: never the pickles beside them. transformers 4.37 (the torch 2.2 image's) heeds it
+            # only after looking for pytorch_model.bin, hence the check for the safetensors files above.
+            self.hf = transformers.AutoModelForCausalLM.from_pretrained(
+                path, local_files_only=True, use_safetensors=True, **options
+            )
             self.source = f"weights from {path}"
         else:
             config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
