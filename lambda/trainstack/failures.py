@@ -40,6 +40,9 @@ ROWS: tuple[FailureRow, ...] = (
                "AlgorithmError: rank 0: invalid hyperparameters: unknown hyperparameter 'max_step'"),
     FailureRow(USER, "health rule", r"health rule \S+ tripped",
                "AlgorithmError: rank 0: health rule loss_not_finite tripped at step 3: loss=nan"),
+    FailureRow(USER, "unsafe checkpoint", r"\bUnsafeCheckpointError\b",  # a restart would meet the same file
+               "AlgorithmError: rank 0: UnsafeCheckpointError: step_00000006/.metadata: refused, not unpickled: it holds "
+               "more than tensors and plain data (Unsupported global: GLOBAL builtins.exec), and unpickling it could run code"),
     FailureRow(USER, "NCCL misuse", r"ncclInvalidUsage|ncclInvalidArgument",
                "AlgorithmError: rank 0: TransportError: DistBackendError: NCCL error: invalid usage, ncclInvalidUsage"),
     FailureRow(USER, "out of memory", r"OutOfMemoryError|CUDA out of memory|Killed process .* \(python",
