@@ -125,8 +125,8 @@ def test_the_outputs_publish_the_queue_its_shares_default_share_and_cap(queue_st
     }
 
 
-def test_with_the_queue_the_stack_outputs_every_value_but_the_tracking_servers(queue_stack):
-    expected = {spec.output for spec in FIELDS if spec.name != "mlflow_tracking_server_arn"}
+def test_with_the_queue_the_stack_outputs_every_value_but_the_tracking_servers_and_the_project_images(queue_stack):
+    expected = {spec.output for spec in FIELDS if spec.name not in ("mlflow_tracking_server_arn", "project_image_uri")}
     assert expected <= set(queue_stack.json["Outputs"])
 
 
