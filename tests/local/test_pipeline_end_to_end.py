@@ -246,8 +246,8 @@ def test_a_job_whose_description_is_refused_is_stopped_and_its_run_fails(pipelin
     assert status["TrainingJobStatus"] == "Stopped"
 
 
-@pytest.mark.parametrize("code", ["ServiceUnavailable", "InternalFailure"])
-def test_describe_failing_for_a_while_leaves_a_healthy_job_training_to_completion(pipeline, code):
+def test_describe_failing_for_a_while_leaves_a_healthy_job_training_to_completion(pipeline):
+    code = "InternalFailure"  # an HTTP 500; ServiceUnavailable (503) is rehearsed on the served twin
     stack, twin = pipeline
     put(stack, "jobs/e2e.yaml", job(hyperparameters={"model": "gpt-tiny", "max_steps": 40, "log_every": 10}))
     (execution,) = wait_for_new_executions(stack, known=0)
