@@ -59,34 +59,6 @@ def client_environment() -> dict[str, str]:
     return {**kept, "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "NO_COLOR": "1"}
 
 
-@pytest.fixture(scope="module")
-def served(default_stack, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("served")
-    template = workdir / "template.json"
-    template.write_text(json.dumps(default_stack.json))
-    log = (workdir / "serve.log").open("w")
-    command = [str(BIN / "trainstack"), "local", "serve", "--template", str(template), "--workdir", str(workdir / "twin")]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=client_environment())
-    environment = client_environment()
-    for line in process.stdout:
-        if line.startswith("export "):
-            name, _, value = line.removeprefix("export ").strip().partition("=")
-            environment[name] = value
-        if line.startswith("# trainstack local: serving"):
-            break
-    else:
-        pytest.fail(f"local serve ended: {(workdir / 'serve.log').read_text()[-3000:]}")
-    printed: list[str] = []
-    reader = threading.Thread(target=lambda: printed.extend(line.rstrip("\n") for line in process.stdout), daemon=True)
-    reader.start()
-    stacks = run([str(BIN / "aws"), "cloudformation", "describe-stacks", "--output", "json"], environment)
-    assert stacks.returncode == 0, stacks.stderr
-    (stack,) = json.loads(stacks.stdout)["Stacks"]
-    yield Served(environment, {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}, printed, workdir / "serve.log")
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=120) == 0
-
-
 @contextmanager
 def serving(template: dict[str, Any], workdir: Path, *arguments: str) -> Iterator[Served]:
     """`trainstack local serve` of the template, with `arguments` (e.g. --quota), until the block ends."""
