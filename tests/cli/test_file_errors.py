@@ -9,23 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.outputs import STACK_OUTPUTS
 from trainstack_cli.main import main
 from trainstack_cli.stack import EXIT_BAD_INPUT
 from trainstack_local.prerequisites import namespace_problem
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpt-small.yaml"
-OUTPUTS = {
-    "trainstack": {
-        "TriggerBucketName": "trigger",
-        "StateMachineArn": "arn:aws:states:us-east-1:123456789012:stateMachine:m",
-        "ExecutionRoleArn": "arn:aws:iam::123456789012:role/exec",
-        "ArtifactsBucketName": "artifacts",
-        "KeyArn": "arn:aws:kms:us-east-1:123456789012:key/k",
-        "TrainingSubnetIds": "subnet-1",
-        "SecurityGroupId": "sg-1",
-        "SourceS3Uri": "s3://assets/source.tar.gz",
-    }
-}
+OUTPUTS = {"trainstack": STACK_OUTPUTS}
 
 
 def missing(folder: Path) -> Path:

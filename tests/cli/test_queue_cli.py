@@ -17,6 +17,7 @@ import boto3
 import pytest
 import yaml
 
+from tests.cli.outputs import STACK_OUTPUTS
 from tests.synth import synthesize
 from trainstack.polling import poll_until
 from trainstack_cli.logs import follow_logs
@@ -314,18 +315,7 @@ def test_the_queue_prints_a_table_per_share_and_one_line_for_a_share_with_no_act
 
 
 def test_queue_on_a_stack_without_a_team_queue_says_how_to_enable_it_in_one_line(tmp_path, capsys):
-    outputs = {
-        "trainstack": {
-            "TriggerBucketName": "trigger",
-            "StateMachineArn": "arn:aws:states:us-east-1:123456789012:stateMachine:m",
-            "ExecutionRoleArn": "arn:aws:iam::123456789012:role/exec",
-            "ArtifactsBucketName": "artifacts",
-            "KeyArn": "arn:aws:kms:us-east-1:123456789012:key/k",
-            "TrainingSubnetIds": "subnet-1",
-            "SecurityGroupId": "sg-1",
-            "SourceS3Uri": "s3://assets/source.tar.gz",
-        }
-    }
+    outputs = {"trainstack": STACK_OUTPUTS}
     (tmp_path / "cdk-outputs.json").write_text(json.dumps(outputs))
 
     code = main(["queue", "--outputs", str(tmp_path / "cdk-outputs.json"), "--region", "us-east-1"])

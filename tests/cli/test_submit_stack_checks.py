@@ -11,6 +11,7 @@ import boto3
 import pytest
 import yaml
 
+from tests.cli.outputs import STACK_OUTPUTS
 from trainstack_cli.main import main
 from trainstack_cli.stack import EXIT_BAD_INPUT
 from trainstack_local.emulator import REGION, local_aws, training_files
@@ -76,14 +77,7 @@ def queue_stack_outputs(folder: Path) -> Path:
     """The outputs of a stack with a team queue of two shares and a cap of 2 instances, which no
     request reaches: a submit that got past its checks would fail to reach AWS, not exit 2."""
     values = {
-        "TriggerBucketName": "trigger",
-        "StateMachineArn": "arn:aws:states:us-east-1:123456789012:stateMachine:m",
-        "ExecutionRoleArn": "arn:aws:iam::123456789012:role/exec",
-        "ArtifactsBucketName": "artifacts",
-        "KeyArn": "arn:aws:kms:us-east-1:123456789012:key/k",
-        "TrainingSubnetIds": "subnet-1",
-        "SecurityGroupId": "sg-1",
-        "SourceS3Uri": "s3://assets/source.tar.gz",
+        **STACK_OUTPUTS,
         "JobQueueArn": "arn:aws:batch:us-east-1:123456789012:job-queue/trainstack-queue",
         "QueueShares": "research,prod",
         "QueueDefaultShare": "research",
