@@ -1,7 +1,8 @@
 """The job spec: the one document users write. Pure data and parsing; rules live in the rules package.
 
 Accepts YAML or JSON. `distribution` takes the SageMaker Python SDK's dict unchanged (the same
-keys the estimator takes); `strategy` is the shorthand. Durations are human strings.
+keys the estimator takes); `strategy` is the shorthand. Durations are human strings. SDK 3.x
+ModelTrainer's names (`compute`, `distributed`...) are read as these fields (model_trainer_names.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainstack.durations import parse_duration
+from trainstack.model_trainer_names import estimator_names
 from trainstack.service_jobs import PRIORITY_MAX, PRIORITY_MIN, SHARE_IDENTIFIER, SHARE_IDENTIFIER_MAX
 from trainstack_contract.health_rules import ACTIONS, RULES, parse_health
 
@@ -279,6 +281,15 @@ class JobSpec(_Strict):
                 raise ValueError("give instance_type (one type) or instance_types (a fallback list), not both")
             return {**data, "instance_type": first}
         return data
+
+    # Defined after _first_preference so that pydantic, which runs the last-defined "before" validator
+    # first, reads ModelTrainer's compute.instance_preferences as instance_types before it.
+    @model_validator(mode="before")
+    @classmethod
+    def _model_trainer_names(cls, data: Any) -> Any:
+        """SDK 3.x ModelTrainer's names (source_code, compute, distributed, stopping_condition,
+        input_data_config, checkpoint_config) as the spec's own fields (trainstack/model_trainer_names.py)."""
+        return estimator_names(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _strategy_or_distribution(self) -> JobSpec:
