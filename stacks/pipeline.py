@@ -10,7 +10,8 @@ An execution that is aborted, times out or fails stops the training jobs it star
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_events as events
@@ -46,7 +47,7 @@ DEAD_LETTER_RETENTION = Duration.days(14)  # SQS's maximum: time to notice the a
 class JobDefaults:
     """What every training job gets from the stack (becomes the Lambdas' environment)."""
 
-    execution_role: iam.IRole
+    execution_role: iam.IRole  # the default team's
     artifacts_bucket: s3.IBucket
     key: kms.IKey
     subnet_ids: list[str]
@@ -57,6 +58,7 @@ class JobDefaults:
     mlflow_tracking_server_arn: str = ""  # the tracking server (or MLflow App) jobs may log to; "" for none
     queue: TeamQueue | None = None  # the team queue specs with `queue` are submitted to; None for none
     project_image_uri: str = ""  # the project image `image: project` names; "" for none
+    team_roles: Mapping[str, iam.IRole] = field(default_factory=dict)  # each team's execution role, the default first
 
     def context(self, region: str, name_prefix: str) -> StackContext:
         """The StackContext these constructs give jobs (tokens until deploy)."""
@@ -73,6 +75,7 @@ class JobDefaults:
             name_prefix=name_prefix,
             mlflow_tracking_server_arn=self.mlflow_tracking_server_arn,
             project_image_uri=self.project_image_uri,
+            team_role_arns=tuple(f"{team}={role.role_arn}" for team, role in self.team_roles.items()),
         )
         if self.queue is None:
             return context
@@ -126,7 +129,7 @@ class TrainingPipeline(Construct):
         create_role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["iam:PassRole"],
-                resources=[defaults.execution_role.role_arn],
+                resources=[role.role_arn for role in (defaults.team_roles or {"": defaults.execution_role}).values()],
                 conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
             )
         )

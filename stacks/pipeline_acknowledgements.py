@@ -122,9 +122,10 @@ def _queue_findings(scope: Construct, name: str, queue: TeamQueue) -> list[tuple
     if name == "describe":
         return [
             (
-                f"AwsSolutions-IAM5[Resource::{nag_resource(scope, queue.training_jobs_arn)}]",
+                f"AwsSolutions-IAM5[Resource::{nag_resource(scope, arn)}]",
                 "Scoped to the training jobs Batch creates from this stack's queue (AWSBatch<prefix>-...), named per run.",
             )
+            for arn in queue.training_jobs_arns
         ]
     return []
 

@@ -29,8 +29,9 @@ class TeamQueue(Construct):
     SageMaker cannot find, or for more than the cap allows, is ended (TERMINATE, the only action a
     SAGEMAKER_TRAINING queue takes).
 
-    Exposes `job_queue_arn`, `shares`, `default_share`, `max_instances`, `training_jobs_arn` (the
-    training jobs Batch creates for this queue) and grants for the pipeline's functions.
+    Exposes `job_queue_arn`, `shares`, `default_share`, `max_instances`, `training_jobs_arns` (the
+    training jobs Batch creates for this queue, named as Batch writes them and in lower case) and
+    grants for the pipeline's functions.
     """
 
     def __init__(
@@ -94,9 +95,13 @@ class TeamQueue(Construct):
         self.job_queue_arn = queue.attr_job_queue_arn
         # Batch assigns service job ids, so the pipeline's grants name them by wildcard.
         self.service_jobs_arn = stack.format_arn(service="batch", resource="service-job", resource_name="*")
-        self.training_jobs_arn = stack.format_arn(
-            service="sagemaker", resource="training-job", resource_name=f"{batch_training_job_prefix(name_prefix)}*"
-        )
+        # Batch writes AWSBatch<jobName>...; SageMaker may give a job's ARN its name in lower case, and
+        # IAM matches names case-sensitively: both are listed wherever the jobs are named.
+        name = f"{batch_training_job_prefix(name_prefix)}*"
+        self.training_jobs_arns = [
+            stack.format_arn(service="sagemaker", resource="training-job", resource_name=case)
+            for case in dict.fromkeys((name, name.lower()))
+        ]
 
     def grant_submit(self, grantee: iam.IGrantable) -> None:
         """Submit tagged service jobs to this queue, and find one by name (a redelivered Create)."""
@@ -110,7 +115,7 @@ class TeamQueue(Construct):
         """Read a service job, then the training job Batch created for it."""
         iam.Grant.add_to_principal(grantee=grantee, actions=["batch:DescribeServiceJob"], resource_arns=[ANY_RESOURCE])
         iam.Grant.add_to_principal(
-            grantee=grantee, actions=["sagemaker:DescribeTrainingJob"], resource_arns=[self.training_jobs_arn]
+            grantee=grantee, actions=["sagemaker:DescribeTrainingJob"], resource_arns=self.training_jobs_arns
         )
 
     def grant_terminate(self, grantee: iam.IGrantable) -> None:

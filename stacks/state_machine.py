@@ -92,6 +92,7 @@ def build_state_machine(scope: Construct, props: StateMachineProps) -> sfn.State
             "spec": sfn.JsonPath.object_at("$.spec"),
             "resolution": sfn.JsonPath.object_at("$.resolution"),  # Validate's, so Create resolves nothing again
             "run": sfn.JsonPath.object_at("$.run"),
+            "team": sfn.JsonPath.string_at("$.team"),  # Validate's: where the spec came from
             "trial_count": sfn.JsonPath.number_at("$.trial_count"),
             "trial": sfn.JsonPath.object_at("$$.Map.Item.Value"),
             "attempt": 0,
@@ -199,6 +200,7 @@ def _trial(scope: Construct, functions: Mapping[str, lambda_.IFunction]) -> sfn.
             "spec": sfn.JsonPath.object_at("$.spec"),
             "resolution": sfn.JsonPath.object_at("$.resolution"),
             "run": sfn.JsonPath.object_at("$.run"),
+            "team": sfn.JsonPath.string_at("$.team"),
             "trial": sfn.JsonPath.object_at("$.trial"),
             "trial_count": sfn.JsonPath.number_at("$.trial_count"),
             "attempt": sfn.JsonPath.math_add(sfn.JsonPath.number_at("$.attempt"), 1),

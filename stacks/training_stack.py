@@ -80,11 +80,16 @@ class TrainingStack(Stack):
             if settings.queue
             else None
         )
+        # A team is a boundary (trainstack/layout.py): each share of the queue, or the one team of a stack
+        # without it; the default team first, whose role is the stack's ExecutionRoleArn.
+        shares = [share for share, _ in settings.queue_shares] if settings.queue else []
+        teams = tuple(dict.fromkeys([settings.queue_default_share, *shares]))
         self.roles = TrainingRoles(
             self,
             "Roles",
             storage=self.storage,
             source=self.source,
+            teams=teams,
             image_repository=self.image.asset.repository if self.image else None,
             name_prefix=settings.name_prefix,
             queue=self.queue,
@@ -101,6 +106,7 @@ class TrainingStack(Stack):
             trigger_bucket=self.storage.trigger_bucket,
             defaults=JobDefaults(
                 execution_role=self.roles.execution_role,
+                team_roles=self.roles.execution_roles,
                 artifacts_bucket=self.storage.artifacts_bucket,
                 key=self.storage.key,
                 subnet_ids=self.network.training_subnet_ids,
@@ -130,6 +136,8 @@ class TrainingStack(Stack):
             DEAD_LETTER_OUTPUT: self.pipeline.dead_letters.queue_url,  # what `trainstack redrive` reads
             STOP_FUNCTION_OUTPUT: self.pipeline.functions["stop"].function_arn,
         }
+        for team, policy in self.roles.team_policies.items():  # attach to each team's people and CI
+            outputs[f"TeamAccessPolicy{team[:1].upper()}{team[1:]}"] = policy.managed_policy_arn
         for name, value in outputs.items():
             CfnOutput(self, name, value=value)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from trainstack.layout import CHECKPOINTS_PREFIX
+from trainstack.layout import CHECKPOINTS_PREFIX, team_folder
 from trainstack_contract.job_names import JOB_DIGEST_LENGTH, RESUME_DIGEST_LENGTH, JobName, training_job_name_prefix
 
 CHECKPOINT_DIGEST_LENGTH = 16
@@ -28,7 +28,8 @@ TAG_STRATEGY = "trainstack:strategy"
 # The execution that created the job: Stop stops only its own execution's jobs, never those of a
 # duplicate execution of the same trigger that found them already made.
 TAG_EXECUTION = "trainstack:execution"
-TAG_KEYS = (TAG_SPEC, TAG_LINEAGE, TAG_TRIAL, TAG_STRATEGY, TAG_EXECUTION)
+TAG_TEAM = "trainstack:team"  # the team the run belongs to (layout.py): activate it as a cost allocation tag
+TAG_KEYS = (TAG_SPEC, TAG_LINEAGE, TAG_TRIAL, TAG_STRATEGY, TAG_EXECUTION, TAG_TEAM)
 
 
 def _digest(text: str, length: int) -> str:
@@ -90,12 +91,16 @@ class Trial:
         """The name of this trial's job (trainstack_contract.job_names has its format)."""
         return JobName.format(name_prefix, spec_name, self.run.digest, self.index, self.run.resume_digest, attempt)
 
-    def checkpoint_prefix(self, spec_name: str) -> str:
-        """Key prefix (in the artifacts bucket) of this trial's checkpoints."""
-        return f"{CHECKPOINTS_PREFIX}{spec_name}/{self.checkpoint_digest}/"
+    def checkpoint_prefix(self, spec_name: str, team: str) -> str:
+        """Key prefix (in the artifacts bucket) of this trial's checkpoints, in its team's folder."""
+        return f"{team_folder(CHECKPOINTS_PREFIX, team)}{spec_name}/{self.checkpoint_digest}/"
 
-    def tags(self, spec_name: str, strategy: str, execution: str | None = None) -> list[dict[str, str]]:
-        tags = [{"Key": TAG_SPEC, "Value": spec_name}, {"Key": TAG_LINEAGE, "Value": self.checkpoint_digest}]
+    def tags(self, spec_name: str, strategy: str, team: str, execution: str | None = None) -> list[dict[str, str]]:
+        tags = [
+            {"Key": TAG_SPEC, "Value": spec_name},
+            {"Key": TAG_LINEAGE, "Value": self.checkpoint_digest},
+            {"Key": TAG_TEAM, "Value": team},  # cost allocation, and what a team's people may stop
+        ]
         if self.index is not None:
             tags.append({"Key": TAG_TRIAL, "Value": str(self.index)})
         tags.append({"Key": TAG_STRATEGY, "Value": strategy})

@@ -19,3 +19,23 @@ TRAINING_JOB_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 TRAINING_JOB_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 
 JOB_WRITABLE_PREFIXES = (MODELS_PREFIX, CHECKPOINTS_PREFIX, TENSORBOARD_PREFIX)
+
+# A team is a boundary: its specs, data, code and every output live in a folder of its own under each
+# prefix (`<prefix><team>/`), which its execution role alone may read and write. A stack without a team
+# queue has one team; with one, each share is a team.
+DEFAULT_TEAM = "default"
+
+
+def team_folder(prefix: str, team: str) -> str:
+    """The team's own folder under one of the prefixes above."""
+    return f"{prefix}{team}/"
+
+
+def team_of_key(key: str) -> str | None:
+    """The team whose folder a trigger-bucket key is in (jobs/<team>/..., datasets/<team>/...); None for
+    a spec directly under jobs/, which belongs to the stack's default team."""
+    for prefix in (JOBS_PREFIX, DATASETS_PREFIX):
+        if key.startswith(prefix):
+            folder, slash, _ = key[len(prefix) :].partition("/")
+            return folder if slash else None
+    return None

@@ -37,9 +37,13 @@ def rule_problems(
 
 
 def _rules_and_contract(
-    spec: JobSpec, count_objects: Callable[[str], int] | None, region: str | None, stack: StackContext | None
+    spec: JobSpec,
+    count_objects: Callable[[str], int] | None,
+    region: str | None,
+    stack: StackContext | None,
+    team: str | None = None,
 ) -> tuple[list[Problem], Resolution | None]:
-    problems, resolution = checked(spec, count_objects, region, stack)
+    problems, resolution = checked(spec, count_objects, region, stack, team)
     if problems or resolution is None:
         return problems, resolution
     return contract_problems(spec, resolution), resolution
@@ -51,13 +55,15 @@ def preflight(
     region: str | None = None,
     stack: StackContext | None = None,
     account: AccountView | None = None,
+    team: str | None = None,
 ) -> Preflight:
     """The resolution and the plan of a spec that may launch; SpecRejectedError otherwise. The
     resolution is computed once, here, and carried to Create (Resolution.to_json). With `stack`,
     the deployed stack's values (Validate has them): which tracking server its jobs may log to; with
     `account`, what the account allows (its quotas, the AZ's offerings): a job that can never start
-    is refused, even with `force`, and the plan shows the quota beside each option."""
-    problems, resolution = _rules_and_contract(spec, count_objects, region, stack)
+    is refused, even with `force`, and the plan shows the quota beside each option; with `team`, the
+    run's team (where its spec came from) must be the stack's and agree with the spec's share."""
+    problems, resolution = _rules_and_contract(spec, count_objects, region, stack, team)
     problems += account_problems(spec, account)
     if problems or resolution is None:
         raise SpecRejectedError(problems)

@@ -15,7 +15,7 @@ from trainstack.entrypoint import ENTRY_CHANNEL, INPUT_DATA_ROOT, container_entr
 from trainstack.identity import Trial
 from trainstack.instances import CATALOG, efa_environment
 from trainstack.launchers import launcher_hyperparameters
-from trainstack.layout import MODELS_PREFIX, TENSORBOARD_PREFIX
+from trainstack.layout import MODELS_PREFIX, TENSORBOARD_PREFIX, team_folder
 from trainstack.spec import PROJECT_IMAGE, STACK_TRACKING_SERVER, JobSpec
 from trainstack.stack_context import StackContext
 from trainstack_contract.job_names import TRAINING_JOB_NAME_PATTERN
@@ -121,11 +121,14 @@ def build_request(
     overrides: dict[str, Any] | None = None,
     attempt: int = 0,
     execution: str | None = None,
+    team: str | None = None,
 ) -> dict[str, Any]:
     """The CreateTrainingJob request for one attempt of one trial. The trial's identity names the
     job and its checkpoint location: its attempts share checkpoints and resume, other trials never
     see them. `overrides` are the trial's hyperparameters; `execution` names the state-machine
-    execution that creates the job (a tag, so that its Stop stops only its own jobs)."""
+    execution that creates the job (a tag, so that its Stop stops only its own jobs); `team` (the
+    stack's default team unless given) runs it as its own execution role, in its own folders."""
+    team = team or stack.default_team
     job_name = trial.job_name(stack.name_prefix, spec.name, attempt)
     artifacts = f"s3://{stack.artifacts_bucket}"
     inputs = [_channel(name, channel.s3_uri, channel.mode, channel.distribution) for name, channel in spec.inputs.items()]
@@ -159,9 +162,9 @@ def build_request(
             "MetricDefinitions": metric_definitions(),
             "EnableSageMakerMetricsTimeSeries": True,
         },
-        "RoleArn": stack.role_arn,
+        "RoleArn": stack.role_for(team),
         "HyperParameters": script_mode_hyperparameters(spec, resolution, stack, job_name, overrides or {}),
-        "OutputDataConfig": {"S3OutputPath": f"{artifacts}/{MODELS_PREFIX}", "KmsKeyId": stack.key_arn},
+        "OutputDataConfig": {"S3OutputPath": f"{artifacts}/{team_folder(MODELS_PREFIX, team)}", "KmsKeyId": stack.key_arn},
         "ResourceConfig": resource,
         "VpcConfig": {"SecurityGroupIds": list(stack.security_group_ids), "Subnets": list(stack.subnet_ids)},
         "StoppingCondition": stopping,
@@ -170,7 +173,8 @@ def build_request(
         if spec.inter_container_encryption is None
         else spec.inter_container_encryption,
         "EnableManagedSpotTraining": spec.spot.enabled,
-        "Tags": [{"Key": k, "Value": v} for k, v in spec.tags.items()] + trial.tags(spec.name, resolution.strategy, execution),
+        "Tags": [{"Key": k, "Value": v} for k, v in spec.tags.items()]
+        + trial.tags(spec.name, resolution.strategy, team, execution),
     }
     if stack.entry_s3_uri and not spec.image:  # script mode in a framework image: PID 1 forwards SIGTERM
         request["AlgorithmSpecification"]["ContainerEntrypoint"] = container_entrypoint(stack.entry_s3_uri)
@@ -183,13 +187,13 @@ def build_request(
         request["MlflowConfig"] = tracking
     if spec.checkpoints:
         request["CheckpointConfig"] = {
-            "S3Uri": f"{artifacts}/{trial.checkpoint_prefix(spec.name)}",
+            "S3Uri": f"{artifacts}/{trial.checkpoint_prefix(spec.name, team)}",
             "LocalPath": CHECKPOINT_LOCAL_PATH,
         }
     if spec.tensorboard:
         request["TensorBoardOutputConfig"] = {
             "LocalPath": TENSORBOARD_LOCAL_PATH,
-            "S3OutputPath": f"{artifacts}/{TENSORBOARD_PREFIX}{job_name}/",
+            "S3OutputPath": f"{artifacts}/{team_folder(TENSORBOARD_PREFIX, team)}{job_name}/",
         }
     if spec.retry_attempts:
         request["RetryStrategy"] = {"MaximumRetryAttempts": spec.retry_attempts}

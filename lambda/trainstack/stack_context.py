@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainstack.layout import DEFAULT_TEAM
 from trainstack.naming import DEFAULT_NAME_PREFIX
 
 
@@ -39,6 +40,28 @@ class StackContext:
     # The project image (training/Dockerfile built on the region's newest PyTorch training image) that
     # `image: project` names; "" for a stack without one (-c build_training_image=true builds it).
     project_image_uri: str = ""
+    # Each team's execution role, "team=arn" (layout.py: a team is a boundary); the first is the default
+    # team's. A stack from before teams has none: its one role is the default team's.
+    team_role_arns: tuple[str, ...] = ()
+
+    @property
+    def roles_by_team(self) -> dict[str, str]:
+        if not self.team_role_arns:  # a stack from before teams: every share (or the one team) runs as its one role
+            return dict.fromkeys(self.queue_shares or (self.queue_default_share or DEFAULT_TEAM,), self.role_arn)
+        return dict(pair.split("=", 1) for pair in self.team_role_arns)
+
+    @property
+    def teams(self) -> tuple[str, ...]:
+        return tuple(self.roles_by_team)
+
+    @property
+    def default_team(self) -> str:
+        """The team of a spec uploaded directly under jobs/ (and of a direct start naming none)."""
+        return self.queue_default_share or self.teams[0]
+
+    def role_for(self, team: str) -> str:
+        """The execution role of the team's jobs."""
+        return self.roles_by_team[team]
 
     def to_outputs(self) -> dict[str, str]:
         """CloudFormation output name -> value (values may be CDK tokens at synth time)."""
@@ -126,6 +149,7 @@ FIELDS = (
     _Field("queue_default_share", "QueueDefaultShare", "QUEUE_DEFAULT_SHARE", required=False),
     _Field("queue_max_instances", "QueueMaxInstances", "QUEUE_MAX_INSTANCES", kind="int", required=False),
     _Field("project_image_uri", "TrainingImageUri", "PROJECT_IMAGE_URI", required=False),
+    _Field("team_role_arns", "TeamExecutionRoleArns", "TEAM_ROLE_ARNS", kind="list", required=False),
 )
 
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from trainstack.billing import billed_usd
+from trainstack.layout import team_of_key
 from trainstack.errors import CapacityUnavailableError, ControlPlaneError
 
 # For annotations only: at run time the spec model would pull in pydantic, which Describe, Notify and
@@ -114,17 +115,22 @@ class Trigger:
     fallback_spec_key: str | None = None  # a data drop without its own job.yaml uses the stack's default
     inline_spec: dict[str, Any] | None = None
     train_channel: str | None = None  # a data drop's prefix, as s3://bucket/prefix/
+    # The team whose folder the spec came from (jobs/<team>/, datasets/<team>/), or that a direct start
+    # names (`"team"`, the platform's own principals only); None: the stack's default team.
+    team: str | None = None
 
 
 def trigger_of(event: dict[str, Any], execution_name: str, default_spec_key: str | None = None) -> Trigger:
     """Read the execution input: an S3 Object Created event (a job spec or a data-drop marker)
     forwarded by EventBridge, or a direct start with the spec inline (`{"spec": ..., "lineage":
-    "name", "resume": true}`: the lineage defaults to the execution name; `resume` continues it)."""
+    "name", "resume": true, "team": "name"}`: the lineage defaults to the execution name; `resume`
+    continues it). The team is never the spec's own word: it is where the spec came from."""
     if "spec" in event:
         return Trigger(
             lineage=f"execution:{event.get('lineage') or execution_name}",
             resume=execution_name if event.get("resume") else None,
             inline_spec=event["spec"],
+            team=event.get("team"),
         )
     detail = event.get("detail", event)
     bucket, key = detail["bucket"]["name"], detail["object"]["key"]
@@ -138,8 +144,9 @@ def trigger_of(event: dict[str, Any], execution_name: str, default_spec_key: str
             spec_key=f"{prefix}job.yaml",
             fallback_spec_key=default_spec_key,
             train_channel=f"s3://{bucket}/{prefix}",
+            team=team_of_key(key),
         )
-    return Trigger(lineage=lineage, spec_bucket=bucket, spec_key=key, spec_version=version)
+    return Trigger(lineage=lineage, spec_bucket=bucket, spec_key=key, spec_version=version, team=team_of_key(key))
 
 
 def trials(spec: JobSpec) -> list[dict[str, Any]]:

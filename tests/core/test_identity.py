@@ -28,14 +28,20 @@ def test_long_names_shorten_the_spec_name_and_keep_every_suffix():
 
 def test_each_trial_of_a_sweep_has_its_own_checkpoint_prefix():
     run = Run(UPLOAD)
-    prefixes = {run.trial(index).checkpoint_prefix("gpt") for index in range(3)}
+    prefixes = {run.trial(index).checkpoint_prefix("gpt", "research") for index in range(3)}
     assert len(prefixes) == 3
-    assert run.trial().checkpoint_prefix("gpt") not in prefixes
+    assert run.trial().checkpoint_prefix("gpt", "research") not in prefixes
+
+
+def test_a_trials_checkpoints_are_in_its_teams_folder():
+    trial = Run(UPLOAD).trial()
+    assert trial.checkpoint_prefix("gpt", "research").startswith("checkpoints/research/gpt/")
+    assert trial.checkpoint_prefix("gpt", "prod") != trial.checkpoint_prefix("gpt", "research")
 
 
 def test_attempts_and_resumes_of_a_trial_share_its_checkpoints_under_other_job_names():
     original, resumed = Run(UPLOAD).trial(1), Run(UPLOAD, resume="exec-2").trial(1)
-    assert original.checkpoint_prefix("gpt") == resumed.checkpoint_prefix("gpt")
+    assert original.checkpoint_prefix("gpt", "research") == resumed.checkpoint_prefix("gpt", "research")
     names = {original.job_name("p", "gpt"), original.job_name("p", "gpt", attempt=1), resumed.job_name("p", "gpt")}
     assert len(names) == 3
 
@@ -47,11 +53,12 @@ def test_a_run_owns_exactly_the_jobs_named_with_its_digest_and_prefix():
     assert not run.owns(Run("s3://b/jobs/b.yaml#v1").trial().job_name("trainstack", "gpt"), "trainstack")
 
 
-def test_trial_tags_name_the_spec_lineage_trial_and_strategy():
-    tags = {t["Key"]: t["Value"] for t in Run(UPLOAD).trial(2).tags("gpt", "fsdp")}
+def test_trial_tags_name_the_spec_lineage_team_trial_and_strategy():
+    tags = {t["Key"]: t["Value"] for t in Run(UPLOAD).trial(2).tags("gpt", "fsdp", "research")}
     assert tags == {
         "trainstack:spec": "gpt",
         "trainstack:lineage": Run(UPLOAD).trial(2).checkpoint_digest,
+        "trainstack:team": "research",
         "trainstack:trial": "2",
         "trainstack:strategy": "fsdp",
     }

@@ -39,14 +39,18 @@ def stubbed(monkeypatch):
         yield stubbers
 
 
+TEAM = "prod"  # the run's team, as Validate found it (the spec was uploaded under jobs/prod/)
+
+
 def _create_event(spec: dict = QUEUED_SPEC) -> dict:
-    return {"spec": spec, "run": RUN, "trial": {"index": 0, "hyperparameters": {}}, "trial_count": 1, "execution": "exec-1"}
+    trial = {"index": 0, "hyperparameters": {}}
+    return {"spec": spec, "run": RUN, "team": TEAM, "trial": trial, "trial_count": 1, "execution": "exec-1"}
 
 
 def _request(spec: dict = QUEUED_SPEC) -> dict:
     parsed = parse_spec(spec)
     resolution = check_or_raise(parsed, stack=environment().stack)
-    return build_request(parsed, resolution, environment().stack, trial=Run(**RUN).trial(), execution="exec-1")
+    return build_request(parsed, resolution, environment().stack, trial=Run(**RUN).trial(), execution="exec-1", team=TEAM)
 
 
 def _submit_once(batch: Stubber) -> list[dict]:
@@ -167,8 +171,8 @@ def test_create_whose_submission_batch_rejects_as_a_repeat_polls_the_first_submi
     }
 
 
-def test_create_submits_under_the_stacks_default_share_when_the_spec_names_none(stubbed):
-    spec = {**QUEUED_SPEC, "queue": {}}
+def test_create_submits_under_the_stacks_default_share_for_a_run_without_a_team(stubbed):
+    spec = {**QUEUED_SPEC, "queue": {}}  # started before runs carried their team: the default team's
     name = _request(spec)["TrainingJobName"]
     stubbed["batch"].add_response("list_service_jobs", {"jobSummaryList": []})
     stubbed["batch"].add_response(
@@ -177,7 +181,8 @@ def test_create_submits_under_the_stacks_default_share_when_the_spec_names_none(
         {**{key: ANY for key in ("jobName", "jobQueue", "serviceJobType", "serviceRequestPayload", "clientToken", "tags")},
          "shareIdentifier": "research", "schedulingPriority": 0},
     )  # fmt: skip
-    assert create.handler(_create_event(spec))["service_job_id"] == "job-2"
+    event = {key: value for key, value in _create_event(spec).items() if key != "team"}
+    assert create.handler(event)["service_job_id"] == "job-2"
 
 
 def test_create_of_a_spec_without_queue_creates_the_training_job_and_names_no_service_job(stubbed):

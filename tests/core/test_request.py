@@ -107,7 +107,7 @@ def test_a_re_created_attempt_is_a_new_job_that_resumes_from_its_trials_checkpoi
     first, again = (build_request(spec, plan, STACK, trial=trial, attempt=attempt) for attempt in (0, 2))
     assert first["TrainingJobName"] != again["TrainingJobName"]
     assert first["CheckpointConfig"] == again["CheckpointConfig"]
-    assert first["CheckpointConfig"]["S3Uri"].startswith("s3://trainstack-artifacts/checkpoints/gpt-small/")
+    assert first["CheckpointConfig"]["S3Uri"].startswith("s3://trainstack-artifacts/checkpoints/default/gpt-small/")
 
 
 def test_each_trial_of_a_sweep_has_a_checkpoint_location_of_its_own():
@@ -181,10 +181,25 @@ def test_profiler_is_disabled_unless_asked_and_retries_and_trials_pass_through()
 
 def test_user_tags_come_first_then_the_run_identity_tags():
     keys = [t["Key"] for t in build("smp", {**SMP, "tags": {"team": "ml"}})["Tags"]]
-    assert keys == ["team", "trainstack:spec", "trainstack:lineage", "trainstack:strategy"]
+    assert keys == ["team", "trainstack:spec", "trainstack:lineage", "trainstack:team", "trainstack:strategy"]
 
 
 def test_checkpoints_live_under_the_trials_own_prefix():
     request = build("ddp")
     trial = Run("s3://trainstack-trigger/jobs/ddp.yaml#v1").trial()
-    assert request["CheckpointConfig"]["S3Uri"] == f"s3://trainstack-artifacts/{trial.checkpoint_prefix('gpt-small')}"
+    assert request["CheckpointConfig"]["S3Uri"] == f"s3://trainstack-artifacts/{trial.checkpoint_prefix('gpt-small', 'default')}"
+
+
+def test_a_teams_job_runs_as_its_teams_role_and_writes_only_into_its_teams_folders():
+    roles = ("research=arn:aws:iam::123456789012:role/research", "prod=arn:aws:iam::123456789012:role/prod")
+    stack = dataclasses.replace(STACK, team_role_arns=roles)
+    spec = parse_spec(SPECS["ddp"])
+    request = build_request(spec, check_or_raise(spec, lambda uri: 64), stack, trial=Run("s3://b/k#v").trial(), team="prod")
+    assert request["RoleArn"] == "arn:aws:iam::123456789012:role/prod"
+    written = [
+        request["OutputDataConfig"]["S3OutputPath"],
+        request["CheckpointConfig"]["S3Uri"],
+        request["TensorBoardOutputConfig"]["S3OutputPath"],
+    ]
+    assert [uri.split("/")[4] for uri in written] == ["prod"] * 3  # s3://bucket/<prefix>/<team>/...
+    assert {"Key": "trainstack:team", "Value": "prod"} in request["Tags"]

@@ -250,7 +250,7 @@ REFUSED = [
         "hyperparameters",
         "at most 88 leave room for the 12 trainstack sets",
     ),
-    ({**DDP, "tags": {f"tag{i}": "x" for i in range(46)}}, "tags", "at most 45 user tags"),
+    ({**DDP, "tags": {f"tag{i}": "x" for i in range(45)}}, "tags", "at most 44 user tags"),
     ({**DDP, "tags": {"aws:owner": "me"}}, "tags.aws:owner", "reserved"),
     ({**DDP, "tags": {"team#1": "ml"}}, "tags.team#1", "tag keys are 1-128"),
     ({**DDP, "tags": {"team": "ml&ops"}}, "tags.team", "tag values"),

@@ -26,10 +26,10 @@ from trainstack.identity import Run
 from trainstack.preflight import preflight
 from trainstack.request import build_request, validate_request
 from trainstack.rules import SpecRejectedError
-from trainstack.rules.queue import share_of
+from trainstack.rules.queue import run_team
 from trainstack.service_jobs import submit_arguments
 from trainstack.spec import JobSpec, SpecError, json_schema, parse_spec
-from trainstack.workflow import trials
+from trainstack.workflow import Trigger, trials
 
 # Every part of a stack a spec may ask for: the team queue (two teams) and a tracking server.
 FUZZ_STACK = dataclasses.replace(
@@ -182,7 +182,8 @@ def refused_or_valid_requests(data: dict[str, Any]) -> JobSpec | None:
     problems: list = []
     try:
         spec = parse_spec(data)
-        checked = preflight(spec, lambda uri: 64, FUZZ_STACK.region, FUZZ_STACK)
+        team = run_team(Trigger("execution:fuzz", inline_spec={}), spec, FUZZ_STACK)  # started directly, as a platform would
+        checked = preflight(spec, lambda uri: 64, FUZZ_STACK.region, FUZZ_STACK, team=team)
     except (SpecError, SpecRejectedError) as refused:
         problems = refused.problems
     if problems:  # refused: each problem a line of its own
@@ -191,11 +192,10 @@ def refused_or_valid_requests(data: dict[str, Any]) -> JobSpec | None:
     run = Run("s3://trainstack-trigger/jobs/fuzz.yaml#v1")
     for index, overrides in enumerate(trials(checked.spec)):
         trial = run.trial(index if checked.spec.sweep else None)
-        request = build_request(checked.spec, checked.resolution, FUZZ_STACK, trial=trial, overrides=overrides)
+        request = build_request(checked.spec, checked.resolution, FUZZ_STACK, trial=trial, overrides=overrides, team=team)
         validate_request(request)
         if checked.spec.queue is not None:  # what Create submits to the team queue instead
-            share = share_of(checked.spec, FUZZ_STACK)
-            submission = submit_arguments(request, FUZZ_STACK.job_queue_arn, share, checked.spec.queue.priority)
+            submission = submit_arguments(request, FUZZ_STACK.job_queue_arn, team, checked.spec.queue.priority)
             report = ParamValidator().validate(submission, SUBMIT_SERVICE_JOB.input_shape)
             assert not report.has_errors(), report.generate_report()
     return checked.spec

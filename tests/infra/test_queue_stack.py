@@ -45,6 +45,7 @@ def _arn(resource: str) -> dict[str, Any]:
 
 SERVICE_JOBS = _arn("batch:service-job/*")
 BATCH_TRAINING_JOBS = _arn("sagemaker:training-job/AWSBatchtrainstack-*")
+BATCH_TRAINING_JOBS_LOWER = _arn("sagemaker:training-job/awsbatchtrainstack-*")  # as SageMaker may case the ARN
 STACK_TRAINING_JOBS = _arn("sagemaker:training-job/trainstack-*")
 
 
@@ -157,7 +158,7 @@ def test_create_may_submit_tagged_service_jobs_to_this_queue_only_and_find_them_
     assert _resources_of(queue_stack, "Create", "batch:ListServiceJobs") == ["*"]  # supports no resource type
 
 
-def test_create_passes_only_the_execution_role_and_only_to_sagemaker(queue_stack):
+def test_create_passes_only_the_teams_execution_roles_and_only_to_sagemaker(queue_stack):
     # SubmitServiceJob's dependent iam:PassRole is for sagemaker.amazonaws.com, as CreateTrainingJob's is.
     (statement,) = [
         s
@@ -166,13 +167,14 @@ def test_create_passes_only_the_execution_role_and_only_to_sagemaker(queue_stack
         if "iam:PassRole" in _as_list(s["Action"])
     ]
     assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
-    assert statement["Resource"]["Fn::GetAtt"][0].startswith("RolesSageMakerExecution")
+    passed = sorted(resource["Fn::GetAtt"][0] for resource in statement["Resource"])
+    assert len(passed) == 2 and all(logical_id.startswith("RolesSageMakerExecution") for logical_id in passed)  # research, prod
 
 
 def test_describe_may_read_service_jobs_and_the_training_jobs_batch_creates_for_this_stack(queue_stack):
     assert _resources_of(queue_stack, "Describe", "batch:DescribeServiceJob") == ["*"]  # supports no resource type
     assert _resources_of(queue_stack, "Describe", "sagemaker:DescribeTrainingJob") == _key(
-        [STACK_TRAINING_JOBS, BATCH_TRAINING_JOBS]
+        [STACK_TRAINING_JOBS, BATCH_TRAINING_JOBS, BATCH_TRAINING_JOBS_LOWER]
     )
 
 
@@ -188,6 +190,7 @@ def test_only_create_describe_and_stop_may_call_batch(queue_stack):
         for logical_id, policy in queue_stack.resources("AWS::IAM::ManagedPolicy").items()
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]
         if any(action.startswith("batch:") for action in _as_list(statement["Action"]))
+        and not logical_id.startswith("RolesTeamAccess")  # a team's people may end its own queued jobs (test_roles.py)
     }
     assert sorted(logical_id.removeprefix("Pipeline").split("Role")[0] for logical_id in callers) == [
         "Create",
@@ -196,13 +199,19 @@ def test_only_create_describe_and_stop_may_call_batch(queue_stack):
     ]
 
 
-def test_sagemaker_may_assume_the_execution_role_for_the_stacks_jobs_and_those_batch_creates(queue_stack):
-    (role,) = [
+def test_sagemaker_may_assume_each_teams_role_for_the_stacks_jobs_and_those_batch_creates_in_either_case(queue_stack):
+    roles = [
         r for logical_id, r in queue_stack.resources("AWS::IAM::Role").items() if logical_id.startswith("RolesSageMakerExecution")
     ]
-    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-    assert statement["Principal"] == {"Service": "sagemaker.amazonaws.com"}
-    assert statement["Condition"] == {"ArnLike": {"aws:SourceArn": [STACK_TRAINING_JOBS, BATCH_TRAINING_JOBS]}}
+    assert len(roles) == 2  # research, prod
+    for role in roles:
+        (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert statement["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+        lower_stack = _arn("sagemaker:training-job/trainstack-*")  # already lower case: listed once
+        assert statement["Condition"]["ArnLike"] == {
+            "aws:SourceArn": [lower_stack, BATCH_TRAINING_JOBS, BATCH_TRAINING_JOBS_LOWER]
+        }
+        assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
 
 
 def test_without_the_queue_there_is_no_batch_resource_output_variable_or_permission(default_stack):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stacks.roles import IMAGE_PULL_ACTIONS, VPC_MODE_ACTIONS
+from tests.infra.policy_evaluation import allowed, bucket_arn, resolved
 
 # The only actions AWS offers no resource scoping for, so the only ones allowed on "*".
 ACTIONS_THAT_NEED_RESOURCE_STAR = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", *VPC_MODE_ACTIONS}
@@ -39,7 +40,8 @@ def test_execution_role_is_assumed_only_for_this_stacks_training_jobs_in_its_acc
     _, role = _execution_role(all_options_stack)
     (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert statement["Condition"] == {
-        "ArnLike": {"aws:SourceArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/trainstack-*"}
+        "ArnLike": {"aws:SourceArn": ["arn:aws:sagemaker:us-east-1:123456789012:training-job/trainstack-*"]},
+        "StringEquals": {"aws:SourceAccount": "123456789012"},
     }
 
 
@@ -125,13 +127,13 @@ def test_jobs_write_only_models_checkpoints_and_tensorboard_prefixes(default_sta
     writes = [s for s in _execution_statements(default_stack) if "s3:PutObject" in _as_list(s["Action"])]
     object_resources = [r for s in writes for r in _as_list(s["Resource"]) if "Fn::Join" in r]
     prefixes = {part for r in object_resources for part in r["Fn::Join"][1] if isinstance(part, str)}
-    assert prefixes == {"/models/*", "/checkpoints/*", "/tensorboard/*"}
+    assert prefixes == {"/models/default/*", "/checkpoints/default/*", "/tensorboard/default/*"}  # the team's own
 
 
-def test_jobs_read_datasets_but_not_job_specs_from_the_trigger_bucket(default_stack):
+def test_jobs_read_their_teams_datasets_but_not_job_specs_from_the_trigger_bucket(default_stack):
     reads = [s for s in _execution_statements(default_stack) if "s3:GetObject*" in _as_list(s["Action"])]
     rendered = str([s["Resource"] for s in reads])
-    assert "/datasets/*" in rendered
+    assert "/datasets/default/*" in rendered
     assert "/jobs/" not in rendered
 
 
@@ -153,3 +155,48 @@ def test_built_image_is_what_image_project_names_in_every_functions_environment(
     for function in stack.resources("AWS::Lambda::Function").values():
         if function["Properties"].get("Handler", "").startswith("trainstack.handlers."):
             assert function["Properties"]["Environment"]["Variables"]["PROJECT_IMAGE_URI"] == published
+
+
+def _team_requests(template: dict) -> tuple[str, str]:
+    return bucket_arn(template, "Trigger"), bucket_arn(template, "Artifacts")
+
+
+@pytest.mark.parametrize(
+    ("action", "bucket", "key"),
+    [
+        ("s3:GetObject", "artifacts", "checkpoints/{team}/gpt/0123456789abcdef/step_00000010/.metadata"),
+        ("s3:PutObject", "artifacts", "models/{team}/trainstack-gpt-0123456789ab/output/model.tar.gz"),
+        ("s3:PutObject", "artifacts", "checkpoints/{team}/gpt/0123456789abcdef/step_00000010/.metadata"),
+        ("s3:GetObject", "trigger", "datasets/{team}/owt/shard_00000.bin"),
+        ("s3:GetObject", "artifacts", "sources/{team}/0123/sourcedir.tar.gz"),
+    ],
+    ids=["read-checkpoints", "write-models", "write-checkpoints", "read-datasets", "read-code"],
+)
+def test_a_teams_jobs_reach_its_own_folders_and_none_of_another_teams(queue_stack, action, bucket, key):
+    template = queue_stack.json
+    trigger, artifacts = _team_requests(template)
+    arn = f"{trigger if bucket == 'trigger' else artifacts}/"
+    research_role, prod_role = "RolesSageMakerExecutionPolicy", "RolesSageMakerExecutionProdPolicy"
+    assert allowed(template, prod_role, action, arn + key.format(team="prod"))
+    assert not allowed(template, prod_role, action, arn + key.format(team="research"))
+    assert allowed(template, research_role, action, arn + key.format(team="research"))
+    assert not allowed(template, research_role, action, arn + key.format(team="prod"))
+
+
+def test_a_principal_with_a_teams_policy_uploads_under_its_folders_and_not_another_teams(queue_stack):
+    template = queue_stack.json
+    trigger, artifacts = _team_requests(template)
+    assert allowed(template, "RolesTeamAccessResearch", "s3:PutObject", f"{trigger}/jobs/research/llama.yaml")
+    assert allowed(template, "RolesTeamAccessResearch", "s3:PutObject", f"{trigger}/datasets/research/owt/_SUCCESS")
+    assert not allowed(template, "RolesTeamAccessResearch", "s3:PutObject", f"{trigger}/jobs/prod/llama.yaml")
+    assert not allowed(template, "RolesTeamAccessResearch", "s3:PutObject", f"{trigger}/jobs/llama.yaml")  # the default team's
+    assert allowed(template, "RolesTeamAccessResearch", "s3:GetObject", f"{artifacts}/models/research/j/output/model.tar.gz")
+    assert not allowed(template, "RolesTeamAccessResearch", "s3:GetObject", f"{artifacts}/models/prod/j/output/model.tar.gz")
+    assert not allowed(template, "RolesTeamAccessResearch", "states:StartExecution", "*")  # the platform's own
+
+
+def test_each_team_has_an_execution_role_and_an_access_policy_in_the_outputs(queue_stack):
+    outputs = queue_stack.json["Outputs"]
+    assert {"TeamAccessPolicyResearch", "TeamAccessPolicyProd", "TeamExecutionRoleArns"} <= set(outputs)
+    pairs = resolved(outputs["TeamExecutionRoleArns"]["Value"], queue_stack.json)
+    assert [pair.split("=")[0] for pair in pairs.split(",")] == ["research", "prod"]

@@ -23,7 +23,6 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     # cold import leaves them to the first call.
     from trainstack.request import build_request, validate_request
     from trainstack.rules import Resolution, check_or_raise
-    from trainstack.rules.queue import share_of
     from trainstack.spec import parse_spec
 
     env = environment()
@@ -35,6 +34,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     trial = event["trial"]
     identity = Run(**event["run"]).trial(trial["index"] if event["trial_count"] > 1 else None)
     attempt = event.get("attempt", 0)  # > 0: re-created after a capacity failure, same checkpoints
+    team = event.get("team") or stack.default_team  # Validate's (an execution started before teams has none)
     request = build_request(
         spec,
         resolution,
@@ -43,11 +43,12 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         overrides=trial["hyperparameters"],
         attempt=attempt,
         execution=event.get("execution"),
+        team=team,
     )
     validate_request(request)
     answer = {"poll_seconds": next_poll_seconds(None, env.first_poll_seconds, env.max_poll_seconds)}
     if spec.queue is not None:
-        arguments = submit_arguments(request, stack.job_queue_arn, share_of(spec, stack), spec.queue.priority)
+        arguments = submit_arguments(request, stack.job_queue_arn, team, spec.queue.priority)  # the team's share
         return {**_submit(client("batch"), arguments), **answer}
     return {**_create(request, spec), "service_job_id": "", **answer}
 

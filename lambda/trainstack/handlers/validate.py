@@ -30,6 +30,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     from trainstack.account import read_account
     from trainstack.preflight import preflight
     from trainstack.rules import SpecRejectedError
+    from trainstack.rules.queue import run_team
     from trainstack.spec import SpecError, parse_spec
 
     trigger = trigger_of(event["input"], event["execution"], environment().default_spec_key)
@@ -42,7 +43,8 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         spec = parse_spec(data)
         stack = environment().stack
         account = read_account(client, stack.region, spec.capacity_options, stack.subnet_ids)
-        checked = preflight(spec, _object_counter(), stack.region, stack, account)
+        team = run_team(trigger, spec, stack)  # where the spec came from, never the uploader's word
+        checked = preflight(spec, _object_counter(), stack.region, stack, account, team)
     except (SpecError, SpecRejectedError) as error:
         raise SpecInvalidError(f"{trigger.spec_key or 'inline spec'}: " + "; ".join(map(str, error.problems))) from None
     for warning in checked.warnings:  # the function's log: what the job will meet, or what was not checked
@@ -58,6 +60,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         )
     return {
         "spec": checked.spec.model_dump(mode="json"),
+        "team": team,
         "run": Run(trigger.lineage, trigger.resume).to_json(),
         "trials": [{"index": index, "hyperparameters": overrides} for index, overrides in enumerate(runs)],
         "trial_count": len(runs),

@@ -43,6 +43,7 @@ def checked(
     count_objects: Callable[[str], int] | None = None,
     region: str | None = None,
     stack: StackContext | None = None,
+    team: str | None = None,
 ) -> tuple[list[Problem], Resolution | None]:
     """Every problem with the spec, and its resolution (computed once, for the rules and the caller);
     None where the spec is too broken to resolve."""
@@ -69,6 +70,7 @@ def checked(
     problems += tracking.tracking_problems(spec, stack, region)
     problems += frameworks.project_image_problems(spec, stack)
     problems += queue.queue_problems(spec, stack)
+    problems += queue.team_problems(spec, stack, team)
     if region is not None:
         problems += frameworks.image_in_region_problems(spec, resolution, region)
     if count_objects is not None:
