@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("spec", type=Path, help="the job spec (YAML or JSON)")
     submit.add_argument("--source", type=Path, help="a local folder packed as sourcedir.tar.gz into the artifacts bucket")
     submit.add_argument("--inline", action="store_true", help="start an execution with the spec inline instead of uploading it")
+    submit.add_argument("--team", help="the team the run is (its folders and role; default: the stack's default team)")
     submit.add_argument("--wait", action="store_true", help="follow the run live until it ends; the exit code is the run's")
     runs = _stack_command(commands, "runs", "recent runs: status, trials, billable seconds, cost so far")
     runs.add_argument("--limit", type=int, default=20, help="how many runs, newest first (default: 20)")

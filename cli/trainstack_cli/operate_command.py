@@ -25,7 +25,9 @@ from trainstack_cli.views import doctor_view, live_line, queue_table, runs_table
 def operate_command(args: argparse.Namespace, stack: Stack) -> int:
     console = cli_console()
     if args.command in ("submit", "resume"):
-        name = submit(stack, args.spec, args.source, args.inline) if args.command == "submit" else resume(stack, args.run)
+        name = (
+            submit(stack, args.spec, args.source, args.inline, args.team) if args.command == "submit" else resume(stack, args.run)
+        )
         if not args.wait:
             print(json.dumps({"run": name}) if args.json else f"run {name} started on stack {stack.name}")
             return EXIT_OK

@@ -12,7 +12,7 @@ from typing import Any
 
 from trainstack import yaml12
 from trainstack.account import read_account
-from trainstack.layout import JOBS_PREFIX, SOURCES_PREFIX
+from trainstack.layout import JOBS_PREFIX, SOURCES_PREFIX, team_folder
 from trainstack.polling import poll_until
 from trainstack.preflight import preflight
 from trainstack.rules import SpecRejectedError
@@ -26,16 +26,19 @@ from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_RUN_FAILED, CliError, Stac
 EXECUTION_APPEARS_SECONDS = 60  # EventBridge starts a run seconds after the upload
 
 
-def submit(stack: Stack, spec_path: Path, source_dir: Path | None = None, inline: bool = False) -> str:
-    """Validate the spec here, against the stack, upload the code it needs, start the run; return the run's name."""
+def submit(stack: Stack, spec_path: Path, source_dir: Path | None = None, inline: bool = False, team: str | None = None) -> str:
+    """Validate the spec here, against the stack, upload the code it needs, start the run as `team`'s
+    (the stack's default team unless given: its folders, its role); return the run's name."""
+    team = team or stack.context.default_team
     text, data = read_spec(spec_path)
     with tempfile.TemporaryDirectory(prefix="trainstack-source-") as scratch:
         archive = None
         if source_dir is not None:
             archive = _pack(source_dir, Path(scratch))
             digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
-            data["source_dir"] = f"s3://{stack.context.artifacts_bucket}/{SOURCES_PREFIX}{digest}/sourcedir.tar.gz"
-        _validate(data, spec_path, stack)
+            sources = team_folder(SOURCES_PREFIX, team)
+            data["source_dir"] = f"s3://{stack.context.artifacts_bucket}/{sources}{digest}/sourcedir.tar.gz"
+        _validate(data, spec_path, stack, team)
         with aws_errors(f"stack {stack.name}"):
             if archive is not None:
                 bucket, _, key = data["source_dir"].removeprefix("s3://").partition("/")
@@ -43,23 +46,23 @@ def submit(stack: Stack, spec_path: Path, source_dir: Path | None = None, inline
             if inline:
                 name = f"{data['name']}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
                 stack.client("stepfunctions").start_execution(
-                    stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps({"spec": data})
+                    stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps({"spec": data, "team": team})
                 )
                 return name
-            key = f"{JOBS_PREFIX}{spec_path.name}"
+            key = f"{team_folder(JOBS_PREFIX, team)}{spec_path.name}"  # the folder names the run's team
             body = text if source_dir is None else yaml12.dump(data).encode()
             version = stack.client("s3").put_object(Bucket=stack.trigger_bucket, Key=key, Body=body).get("VersionId")
             return _execution_for_upload(stack, f"s3://{stack.trigger_bucket}/{key}#{version}")
 
 
-def _validate(data: dict[str, Any], path: Path, stack: Stack) -> None:
+def _validate(data: dict[str, Any], path: Path, stack: Stack, team: str) -> None:
     """The Validate step's own checks, with the stack's values (its tracking server, its team queue)
     and what the account allows (its quotas, the training subnet's AZ), read with the caller's
     credentials, before anything is uploaded or billed."""
     try:
         spec = parse_spec(data)
         account = read_account(stack.client, stack.region, spec.capacity_options, stack.context.subnet_ids)
-        checked = preflight(spec, None, stack.region, stack.context, account)
+        checked = preflight(spec, None, stack.region, stack.context, account, team)
     except (SpecError, SpecRejectedError) as error:
         raise CliError("; ".join(f"{path}: {p}" for p in error.problems) + "; nothing was submitted", EXIT_BAD_INPUT) from None
     for warning in checked.warnings:  # what the job will meet, or what the caller's credentials could not read
@@ -116,6 +119,8 @@ def resume(stack: Stack, run: str) -> str:
         lineage = started.get("lineage") or execution["name"]
         name = f"{lineage[:40]}-resume-{datetime.now(UTC):%Y%m%dT%H%M%S}"
         payload = {"spec": started["spec"], "lineage": lineage, "resume": True}
+        if started.get("team"):  # the same team's folders hold the checkpoints it resumes from
+            payload["team"] = started["team"]
         stack.client("stepfunctions").start_execution(
             stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps(payload)
         )

@@ -101,3 +101,23 @@ def test_a_queued_spec_is_checked_against_the_stacks_shares_and_cap(addition, wo
     code, lines = submitted({**SPEC, **addition}, tmp_path, queue_stack_outputs(tmp_path), capsys)
 
     assert code == EXIT_BAD_INPUT and len(lines) == 1 and words in lines[0], lines
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["upload", "inline"])
+def test_a_team_the_stack_does_not_have_is_refused_in_one_line_and_nothing_is_uploaded_or_started(
+    bare_stack, inline, tmp_path, capsys
+):
+    stack, outputs = bare_stack
+    before = what_the_stack_holds(stack)
+    code, lines = submitted(SPEC, tmp_path, outputs, capsys, "--team", "research", *(["--inline"] if inline else []))
+    assert code == EXIT_BAD_INPUT and len(lines) == 1, lines
+    assert 'team = "research": not one of the stack\'s teams (default)' in lines[0]
+    assert what_the_stack_holds(stack) == before
+
+
+def test_a_spec_is_uploaded_into_its_teams_folder(bare_stack, tmp_path, capsys):
+    stack, outputs = bare_stack
+    code, _ = submitted({**SPEC, "inputs": {}}, tmp_path, outputs, capsys)
+    assert code == 0
+    keys = [key for key, _ in what_the_stack_holds(stack)[0]]
+    assert "jobs/default/job.yaml" in keys  # the folder names the run's team
