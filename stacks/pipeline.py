@@ -59,6 +59,7 @@ class JobDefaults:
     queue: TeamQueue | None = None  # the team queue specs with `queue` are submitted to; None for none
     project_image_uri: str = ""  # the project image `image: project` names; "" for none
     team_roles: Mapping[str, iam.IRole] = field(default_factory=dict)  # each team's execution role, the default first
+    team_budgets: Mapping[str, float] = field(default_factory=dict)  # a team's monthly budget in USD
 
     def context(self, region: str, name_prefix: str) -> StackContext:
         """The StackContext these constructs give jobs (tokens until deploy)."""
@@ -76,6 +77,7 @@ class JobDefaults:
             mlflow_tracking_server_arn=self.mlflow_tracking_server_arn,
             project_image_uri=self.project_image_uri,
             team_role_arns=tuple(f"{team}={role.role_arn}" for team, role in self.team_roles.items()),
+            team_budgets=tuple(f"{team}={usd:g}" for team, usd in self.team_budgets.items()),
         )
         if self.queue is None:
             return context
@@ -121,7 +123,7 @@ class TrainingPipeline(Construct):
         )
 
         trigger_bucket.grant_read(self.functions["validate"])
-        self._grant_account_reads(self.functions["validate"].role, stack)
+        self._grant_account_reads(self.functions["validate"].role, stack, team_budgets=bool(defaults.team_budgets))
         create_role = self.functions["create"].role
         create_role.add_to_principal_policy(
             iam.PolicyStatement(actions=["sagemaker:CreateTrainingJob", "sagemaker:AddTags"], resources=[jobs_arn])
@@ -142,6 +144,8 @@ class TrainingPipeline(Construct):
             iam.PolicyStatement(actions=["sagemaker:StopTrainingJob", "sagemaker:ListTags"], resources=[jobs_arn])
         )
         stop_role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:ListTrainingJobs"], resources=["*"]))
+        if defaults.queue and defaults.team_budgets:  # a team's queued jobs count against its budget
+            defaults.queue.grant_read_jobs(self.functions["validate"].role)
         if defaults.queue:
             # A queued job is submitted to Batch, whose service-linked role then calls CreateTrainingJob.
             # The PassRole above also covers SubmitServiceJob's (the payload passes the execution role to
@@ -175,11 +179,12 @@ class TrainingPipeline(Construct):
         )
 
     @staticmethod
-    def _grant_account_reads(role: iam.IRole, stack: Stack) -> None:
+    def _grant_account_reads(role: iam.IRole, stack: Stack, team_budgets: bool) -> None:
         """What Validate reads of the account before a job may launch (trainstack/account.py): the
         SageMaker quotas, the instances the account's training jobs hold (every job, whatever its name:
         a quota is the account's), EC2's offerings by AZ and the training subnets' AZs. Each is read
-        only; none of these actions takes a narrower resource than the one given."""
+        only; none of these actions takes a narrower resource than the one given. With team budgets, each
+        job's tags too (its trainstack:team tag: trainstack/budgets.py)."""
         role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=[
@@ -193,7 +198,7 @@ class TrainingPipeline(Construct):
         )
         role.add_to_principal_policy(
             iam.PolicyStatement(
-                actions=["sagemaker:DescribeTrainingJob"],
+                actions=["sagemaker:DescribeTrainingJob", *(["sagemaker:ListTags"] if team_budgets else [])],
                 resources=[stack.format_arn(service="sagemaker", resource="training-job", resource_name="*")],
             )
         )

@@ -27,6 +27,7 @@ QUEUE_UNSCOPED = {
     "create": "batch:ListServiceJobs (finding a job already submitted under its name)",
     "describe": "batch:DescribeServiceJob",
     "stop": "batch:ListServiceJobs and batch:DescribeServiceJob (finding the run's queued jobs)",
+    "validate": "batch:ListServiceJobs and batch:DescribeServiceJob, with team budgets (what a team's queued jobs may cost)",
 }
 # What Validate reads of the account that supports no resource type (trainstack/account.py).
 ACCOUNT_READS = (

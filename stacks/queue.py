@@ -118,11 +118,15 @@ class TeamQueue(Construct):
             grantee=grantee, actions=["sagemaker:DescribeTrainingJob"], resource_arns=self.training_jobs_arns
         )
 
-    def grant_terminate(self, grantee: iam.IGrantable) -> None:
-        """Find a run's service jobs in the queue and end them."""
+    def grant_read_jobs(self, grantee: iam.IGrantable) -> None:
+        """List the queue's service jobs and read each (what a team's waiting jobs may cost)."""
         iam.Grant.add_to_principal(
             grantee=grantee, actions=["batch:ListServiceJobs", "batch:DescribeServiceJob"], resource_arns=[ANY_RESOURCE]
         )
+
+    def grant_terminate(self, grantee: iam.IGrantable) -> None:
+        """Find a run's service jobs in the queue and end them."""
+        self.grant_read_jobs(grantee)
         # Only trainstack's service jobs (Create tags each with its run's lineage), not another queue's.
         grantee.grant_principal.add_to_principal_policy(
             iam.PolicyStatement(

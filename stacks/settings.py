@@ -40,6 +40,7 @@ REGION_PATTERN = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 # ShareAttributes.weightFactor: a share's usage counts this many times over, so a lower weight gets more.
 SHARE_WEIGHT_MIN, SHARE_WEIGHT_MAX = 0.0001, 999.9999
 SHARES_EXPECTED = 'expected at least one share and its weight: {"research": 1, "prod": 0.5} or research:1,prod:0.5'
+BUDGETS_EXPECTED = 'expected teams and their monthly budgets in USD: {"research": 500, "prod": 5000} or research:500,prod:5000'
 
 
 class SettingsError(ValueError):
@@ -80,10 +81,20 @@ class StackSettings:
     # How long the job at the head of the queue may wait for capacity (or for instances beyond the
     # cap) before Batch ends it; time in SCHEDULED while SageMaker finds capacity counts too.
     queue_capacity_wait_seconds: int = 3600
+    # A monthly budget in USD per team (each one of the stack's teams): Validate refuses a run whose worst
+    # case, with what the team's running and queued jobs may still cost, would exceed it. None by default.
+    queue_budgets: tuple[tuple[str, float], ...] = ()
 
     @property
     def environment_agnostic(self) -> bool:
         return self.account is None and self.region is None
+
+    @property
+    def teams(self) -> tuple[str, ...]:
+        """The stack's teams (trainstack/layout.py), the default first: each share of the queue, or the
+        one team of a stack without it."""
+        shares = [share for share, _ in self.queue_shares] if self.queue else []
+        return tuple(dict.fromkeys([self.queue_default_share, *shares]))
 
     @property
     def retain_data(self) -> bool:
@@ -179,6 +190,8 @@ class StackSettings:
                 low=TIME_LIMIT_SECONDS[0],
                 high=TIME_LIMIT_SECONDS[1],
             )
+        if "queue_budgets" in raw:
+            values["queue_budgets"] = _budgets("queue_budgets", raw["queue_budgets"])
         settings = cls(**values)
         settings._check_consistency(explicit_subnet_count="subnet_count" in raw)
         return settings
@@ -213,6 +226,9 @@ class StackSettings:
         shares = [share for share, _ in self.queue_shares]
         if self.queue_default_share not in shares:
             raise SettingsError("queue_default_share", self.queue_default_share, f"must be one of queue_shares {shares}")
+        for team, _ in self.queue_budgets:
+            if team not in self.teams:
+                raise SettingsError("queue_budgets", team, f"not one of the stack's teams {list(self.teams)}")
         if self.environment_agnostic and self.subnet_count > 2:
             raise SettingsError(
                 "subnet_count",
@@ -266,28 +282,48 @@ def _bounded(setting: str, value: Any, convert: Callable[[str], float], low: flo
 def _shares(setting: str, value: Any) -> tuple[tuple[str, float], ...]:
     """Share identifiers and their weights, in order: a JSON object from cdk.json, or from `-c` a JSON
     object string or `name:weight,name:weight` (a name alone weighs 1, Batch's default)."""
+    return _teams_and_numbers(setting, value, SHARES_EXPECTED, lambda team, weight: _weight(setting, team, weight), default=1)
+
+
+def _budgets(setting: str, value: Any) -> tuple[tuple[str, float], ...]:
+    """Teams and their monthly budgets in USD, as `_shares` reads weights (a team alone has no budget)."""
+
+    def budget(team: str, usd: Any) -> float:
+        expected = f"team {team}'s monthly budget must be a number of US dollars above 0"
+        return _bounded(setting, usd, float, 0.01, None, expected)
+
+    return _teams_and_numbers(setting, value, BUDGETS_EXPECTED, budget, default=None)
+
+
+def _teams_and_numbers(
+    setting: str, value: Any, expected: str, number: Callable[[str, Any], float], default: float | None
+) -> tuple[tuple[str, float], ...]:
+    """Team names (share identifiers) and a number each, in order: a JSON object from cdk.json, or from
+    `-c` a JSON object string or `name:number,name:number` (a name alone takes `default`, if any)."""
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("{"):
             try:
                 value = json.loads(text)
             except json.JSONDecodeError:
-                raise SettingsError(setting, value, SHARES_EXPECTED) from None
+                raise SettingsError(setting, value, expected) from None
         else:
             value = {}
             for part in filter(None, (part.strip() for part in text.split(","))):
-                name, separator, weight = (item.strip() for item in part.partition(":"))
+                name, separator, given = (item.strip() for item in part.partition(":"))
                 if name in value:
-                    raise SettingsError(setting, text, f"share {name} appears twice; name each share once")
-                value[name] = weight if separator else 1
+                    raise SettingsError(setting, text, f"{name} appears twice; name each once")
+                if not separator and default is None:
+                    raise SettingsError(setting, text, expected)
+                value[name] = given if separator else default
     if not isinstance(value, dict) or not value:
-        raise SettingsError(setting, value, SHARES_EXPECTED)
-    shares = []
-    for name, weight in value.items():
+        raise SettingsError(setting, value, expected)
+    named = []
+    for name, given in value.items():
         if not SHARE_IDENTIFIER.fullmatch(str(name)):
             raise SettingsError(setting, name, "a share identifier is 1-255 letters and digits")
-        shares.append((str(name), _weight(setting, str(name), weight)))
-    return tuple(shares)
+        named.append((str(name), number(str(name), given)))
+    return tuple(named)
 
 
 def _weight(setting: str, share: str, value: Any) -> float:

@@ -80,16 +80,12 @@ class TrainingStack(Stack):
             if settings.queue
             else None
         )
-        # A team is a boundary (trainstack/layout.py): each share of the queue, or the one team of a stack
-        # without it; the default team first, whose role is the stack's ExecutionRoleArn.
-        shares = [share for share, _ in settings.queue_shares] if settings.queue else []
-        teams = tuple(dict.fromkeys([settings.queue_default_share, *shares]))
         self.roles = TrainingRoles(
             self,
             "Roles",
             storage=self.storage,
             source=self.source,
-            teams=teams,
+            teams=settings.teams,  # the default team first: its role is the stack's ExecutionRoleArn
             image_repository=self.image.asset.repository if self.image else None,
             name_prefix=settings.name_prefix,
             queue=self.queue,
@@ -107,6 +103,7 @@ class TrainingStack(Stack):
             defaults=JobDefaults(
                 execution_role=self.roles.execution_role,
                 team_roles=self.roles.execution_roles,
+                team_budgets=dict(settings.queue_budgets),
                 artifacts_bucket=self.storage.artifacts_bucket,
                 key=self.storage.key,
                 subnet_ids=self.network.training_subnet_ids,

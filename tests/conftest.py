@@ -27,8 +27,15 @@ def all_options_stack() -> Synthesized:
 
 @pytest.fixture(scope="session")
 def queue_stack() -> Synthesized:
-    """A stack with the team queue: two teams of unequal weight, a non-default cap and time limit."""
-    return synthesize(queue=True, queue_shares="research:1,prod:0.5", queue_max_instances=16, queue_capacity_wait_seconds=7200)
+    """A stack with the team queue: two teams of unequal weight, one with a monthly budget, a non-default
+    cap and time limit."""
+    return synthesize(
+        queue=True,
+        queue_shares="research:1,prod:0.5",
+        queue_budgets="research:500",
+        queue_max_instances=16,
+        queue_capacity_wait_seconds=7200,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -57,6 +57,9 @@ class AccountView:
     offerings: Mapping[str, tuple[str, ...]] | None = None  # EC2 type -> the AZ IDs that offer it here
     subnet_zones: tuple[str, ...] = ()  # the AZ IDs of the stack's training subnets
     unreadable: tuple[str, ...] = ()
+    # DescribeTrainingJob of each of the account's jobs in progress (what the in-use counts come from;
+    # a team's budget reads what they may still cost, budgets.py)
+    jobs_in_progress: tuple[dict[str, Any], ...] = ()
 
     def quota(self, instance_type: str, usage: str) -> Quota | None:
         return None if self.quotas is None else self.quotas.get(quota_name(instance_type, usage))
@@ -75,11 +78,11 @@ def read_account(clients: Clients, region: str, instance_types: Iterable[str], s
     types = sorted(set(instance_types))
     unreadable: list[str] = []
     quotas = _read("Service Quotas (the account's quotas: not checked)", unreadable, lambda: _quotas(clients, types))
-    in_use = _read("SageMaker training jobs in progress (in use: not counted)", unreadable, lambda: _in_use(clients)) or {}
+    jobs = _read("SageMaker training jobs in progress (in use: not counted)", unreadable, lambda: _in_progress(clients)) or []
     offerings = _read("EC2 instance type offerings (not checked)", unreadable, lambda: _offerings(clients, types))
     subnets = list(subnet_ids)
     zones = _read("the training subnets (their AZ: not checked)", unreadable, lambda: _subnet_zones(clients, subnets))
-    return AccountView(region, quotas, in_use, offerings, zones or (), tuple(unreadable))
+    return AccountView(region, quotas, _in_use(jobs), offerings, zones or (), tuple(unreadable), tuple(jobs))
 
 
 def _read(what: str, unreadable: list[str], read: Callable[[], Any]) -> Any:
@@ -107,20 +110,28 @@ def _quotas(clients: Clients, types: list[str]) -> dict[str, Quota]:
     return found
 
 
-def _in_use(clients: Clients) -> dict[str, int]:
-    """Instances each quota has in use: every training job of the account in progress counts, spot ones
-    against the spot quota (a queued job of the team queue holds none until Batch dispatches it)."""
+def _in_progress(clients: Clients) -> list[dict[str, Any]]:
+    """DescribeTrainingJob of every training job of the account in progress (a queued job of the team
+    queue has none until Batch dispatches it)."""
     sagemaker = clients("sagemaker")
+    pages = sagemaker.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress")
+    return [
+        sagemaker.describe_training_job(TrainingJobName=summary["TrainingJobName"])
+        for page in pages
+        for summary in page["TrainingJobSummaries"]
+    ]
+
+
+def _in_use(jobs: list[dict[str, Any]]) -> dict[str, int]:
+    """Instances each quota has in use: spot jobs count against the spot quota."""
     used: dict[str, int] = {}
-    for page in sagemaker.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress"):
-        for summary in page["TrainingJobSummaries"]:
-            job = sagemaker.describe_training_job(TrainingJobName=summary["TrainingJobName"])
-            config = job.get("ResourceConfig", {})
-            instance_type = config.get("SelectedInstanceType") or config.get("InstanceType")
-            count = int(config.get("SelectedInstanceCount") or config.get("InstanceCount") or 0)
-            if instance_type:
-                name = quota_name(instance_type, SPOT if job.get("EnableManagedSpotTraining") else TRAINING)
-                used[name] = used.get(name, 0) + count
+    for job in jobs:
+        config = job.get("ResourceConfig", {})
+        instance_type = config.get("SelectedInstanceType") or config.get("InstanceType")
+        count = int(config.get("SelectedInstanceCount") or config.get("InstanceCount") or 0)
+        if instance_type:
+            name = quota_name(instance_type, SPOT if job.get("EnableManagedSpotTraining") else TRAINING)
+            used[name] = used.get(name, 0) + count
     return used
 
 

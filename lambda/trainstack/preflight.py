@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trainstack.account import AccountView
+from trainstack.budgets import TeamBudget, budget_problems
 from trainstack.builtin_script import contract_problems
 from trainstack.planner.memory import GIB
 from trainstack.planner.plan import JobPlan, OptionPlan, plan_job
@@ -56,13 +57,15 @@ def preflight(
     stack: StackContext | None = None,
     account: AccountView | None = None,
     team: str | None = None,
+    budget: TeamBudget | None = None,
 ) -> Preflight:
     """The resolution and the plan of a spec that may launch; SpecRejectedError otherwise. The
     resolution is computed once, here, and carried to Create (Resolution.to_json). With `stack`,
     the deployed stack's values (Validate has them): which tracking server its jobs may log to; with
     `account`, what the account allows (its quotas, the AZ's offerings): a job that can never start
     is refused, even with `force`, and the plan shows the quota beside each option; with `team`, the
-    run's team (where its spec came from) must be the stack's and agree with the spec's share."""
+    run's team (where its spec came from) must be the stack's and agree with the spec's share; with
+    `budget`, the run's worst case and the team's commitments must fit the team's monthly budget."""
     problems, resolution = _rules_and_contract(spec, count_objects, region, stack, team)
     problems += account_problems(spec, account)
     if problems or resolution is None:
@@ -71,6 +74,9 @@ def preflight(
     refusals = plan_problems(plan)
     if refusals and not spec.force:
         raise SpecRejectedError(refusals)
+    over_budget = budget_problems(budget, plan.worst_case_usd)  # the platform's cap: `force` does not lift it
+    if over_budget:
+        raise SpecRejectedError(over_budget)
     if account is None:
         return Preflight(resolution, plan, spec)
     return Preflight(resolution, with_account(plan, spec, account), spec, tuple(account_warnings(spec, account)))

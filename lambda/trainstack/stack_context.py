@@ -43,6 +43,12 @@ class StackContext:
     # Each team's execution role, "team=arn" (layout.py: a team is a boundary); the first is the default
     # team's. A stack from before teams has none: its one role is the default team's.
     team_role_arns: tuple[str, ...] = ()
+    team_budgets: tuple[str, ...] = ()  # "team=usd": a team's monthly budget (-c queue_budgets); none for most
+
+    def budget_of(self, team: str) -> float | None:
+        """The team's monthly budget in USD; None where it has none."""
+        budgets = dict(pair.split("=", 1) for pair in self.team_budgets)
+        return float(budgets[team]) if team in budgets else None
 
     @property
     def roles_by_team(self) -> dict[str, str]:
@@ -150,6 +156,7 @@ FIELDS = (
     _Field("queue_max_instances", "QueueMaxInstances", "QUEUE_MAX_INSTANCES", kind="int", required=False),
     _Field("project_image_uri", "TrainingImageUri", "PROJECT_IMAGE_URI", required=False),
     _Field("team_role_arns", "TeamExecutionRoleArns", "TEAM_ROLE_ARNS", kind="list", required=False),
+    _Field("team_budgets", "TeamMonthlyBudgets", "TEAM_BUDGETS", kind="list", required=False),
 )
 
 

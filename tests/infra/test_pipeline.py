@@ -218,6 +218,7 @@ UNSET_BY_DEFAULT = {
     "queue_default_share",
     "queue_max_instances",
     "project_image_uri",
+    "team_budgets",
 }
 
 

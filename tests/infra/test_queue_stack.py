@@ -184,7 +184,21 @@ def test_stop_may_find_and_terminate_service_jobs(queue_stack):
     assert _resources_of(queue_stack, "Stop", "batch:TerminateServiceJob") == [SERVICE_JOBS]
 
 
-def test_only_create_describe_and_stop_may_call_batch(queue_stack):
+def test_with_team_budgets_validate_may_read_the_queues_jobs_and_each_training_jobs_tags(queue_stack):
+    assert _resources_of(queue_stack, "Validate", "batch:ListServiceJobs") == ["*"]  # supports no resource type
+    assert _resources_of(queue_stack, "Validate", "batch:DescribeServiceJob") == ["*"]
+    assert _resources_of(queue_stack, "Validate", "sagemaker:ListTags") == [_arn("sagemaker:training-job/*")]
+
+
+def test_without_team_budgets_validate_reads_no_tags(default_stack):
+    assert _resources_of(default_stack, "Validate", "sagemaker:ListTags") == []
+
+
+def test_the_outputs_publish_each_teams_monthly_budget(queue_stack):
+    assert queue_stack.json["Outputs"]["TeamMonthlyBudgets"]["Value"] == "research=500"
+
+
+def test_only_create_describe_and_stop_may_call_batch_and_validate_read_it_for_budgets(queue_stack):
     callers = {
         logical_id
         for logical_id, policy in queue_stack.resources("AWS::IAM::ManagedPolicy").items()
@@ -196,6 +210,7 @@ def test_only_create_describe_and_stop_may_call_batch(queue_stack):
         "Create",
         "Describe",
         "Stop",
+        "Validate",
     ]
 
 

@@ -39,6 +39,11 @@ def test_defaults_are_environment_agnostic_one_az_no_nat_no_endpoints_retained()
         ({"queue_shares": '{"ops": 999.9999}'}, {"queue_shares": (("ops", 999.9999),), "queue_default_share": "ops"}),
         ({"queue_shares": "research,prod"}, {"queue_shares": (("research", 1.0), ("prod", 1.0))}),
         ({"queue_shares": "research:1,prod:0.5", "queue_default_share": "prod"}, {"queue_default_share": "prod"}),
+        (
+            {"queue": "true", "queue_shares": "research,prod", "queue_budgets": "research:500, prod:5000.5"},
+            {"queue_budgets": (("research", 500.0), ("prod", 5000.5))},
+        ),
+        ({"queue_budgets": {"default": 100}}, {"queue_budgets": (("default", 100.0),)}),
     ],
 )
 def test_values_from_cdk_json_or_the_command_line_are_parsed(raw, expected):
@@ -86,6 +91,10 @@ def test_values_from_cdk_json_or_the_command_line_are_parsed(raw, expected):
         ({"queue_shares": "research:1,research:2"}, "queue_shares", "appears twice"),
         ({"queue_default_share": "ops"}, "queue_default_share", "must be one of queue_shares"),
         ({"queue_shares": "research:1", "queue_default_share": "default"}, "queue_default_share", "must be one of"),
+        ({"queue_budgets": "research:500"}, "queue_budgets", "not one of the stack's teams"),
+        ({"queue_budgets": "default"}, "queue_budgets", "monthly budgets in USD"),
+        ({"queue_budgets": "default:0"}, "queue_budgets", "above 0"),
+        ({"queue_budgets": "default:lots"}, "queue_budgets", "above 0"),
         ({"queue_capacity_wait_seconds": 599}, "queue_capacity_wait_seconds", "from 600 to 86400"),
         ({"queue_capacity_wait_seconds": 86401}, "queue_capacity_wait_seconds", "from 600 to 86400"),
     ],

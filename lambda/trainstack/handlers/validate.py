@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainstack.errors import SpecInvalidError
 from trainstack.handlers.environment import client, control_plane_retried, environment
 from trainstack.identity import Run
 from trainstack.s3uri import count_objects
+from trainstack.stack_context import StackContext
 from trainstack.workflow import (
     STEP_FUNCTIONS_MAX_SECONDS,
     Trigger,
@@ -21,6 +22,10 @@ from trainstack.workflow import (
     trials,
     trigger_of,
 )
+
+if TYPE_CHECKING:  # the account and budget modules load on the call (Validate's cold start)
+    from trainstack.account import AccountView
+    from trainstack.budgets import TeamBudget
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
@@ -44,7 +49,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         stack = environment().stack
         account = read_account(client, stack.region, spec.capacity_options, stack.subnet_ids)
         team = run_team(trigger, spec, stack)  # where the spec came from, never the uploader's word
-        checked = preflight(spec, _object_counter(), stack.region, stack, account, team)
+        checked = preflight(spec, _object_counter(), stack.region, stack, account, team, _budget(stack, team, account))
     except (SpecError, SpecRejectedError) as error:
         raise SpecInvalidError(f"{trigger.spec_key or 'inline spec'}: " + "; ".join(map(str, error.problems))) from None
     for warning in checked.warnings:  # the function's log: what the job will meet, or what was not checked
@@ -70,6 +75,17 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         "warnings": list(checked.warnings),
         "resolution": checked.resolution.to_json(),  # Create builds the request from it: resolved once
     }
+
+
+def _budget(stack: StackContext, team: str, account: AccountView) -> TeamBudget | None:
+    """The team's monthly budget and what its running and queued jobs may still cost; None without one."""
+    from trainstack.budgets import team_budget
+
+    monthly = stack.budget_of(team)
+    if monthly is None:
+        return None
+    with control_plane_retried(f"team {team}'s jobs (its budget)"):
+        return team_budget(client, team, monthly, account.jobs_in_progress, stack.job_queue_arn)
 
 
 def _object_counter() -> Callable[[str], int]:

@@ -1,0 +1,139 @@
+"""A team's monthly budget (-c queue_budgets) against what a new run may cost. The month's figure is
+what the team's jobs created this month (UTC) have been billed once ended (SageMaker's billable seconds
+x the catalog's price), plus the worst case of each of its jobs still running or waiting in the team
+queue (instances x the dearest price it may take x its MaxRuntime, MaxWaitTime for spot: what it may
+cost in all, since a running job's billed time is only known when it ends), plus the new run's worst
+case. A job is the team's by its trainstack:team tag. The refusal names every figure; `force` does not
+lift it (it is the platform's cap, not the spec's own `budget`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from trainstack.billing import billed_usd
+from trainstack.identity import TAG_TEAM
+from trainstack.rules.problems import Problem
+from trainstack.service_jobs import QUEUED
+
+Clients = Callable[[str], Any]
+IN_PROGRESS = "InProgress"
+
+
+@dataclass(frozen=True)
+class TeamBudget:
+    """The team's monthly budget, what its ended jobs of the month were billed and what its running and
+    queued jobs may cost (job name, USD each)."""
+
+    team: str
+    monthly_usd: float
+    spent: tuple[tuple[str, float], ...] = ()
+    committed: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def spent_usd(self) -> float:
+        return round(sum(usd for _, usd in self.spent), 2)
+
+    @property
+    def committed_usd(self) -> float:
+        return round(sum(usd for _, usd in self.committed), 2)
+
+
+def month_start(now: datetime) -> datetime:
+    """The first instant of `now`'s month in UTC: a budget's month."""
+    return now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def job_worst_case_usd(job: dict[str, Any]) -> float:
+    """What a job (DescribeTrainingJob, or a queued CreateTrainingJob request) may cost in all: its
+    instances x the dearest type it may take x the time it may be billed."""
+    config = job.get("ResourceConfig", {})
+    preferences = config.get("InstancePreferences") or []
+    types = (
+        [p["InstanceType"] for p in preferences]
+        if preferences and not config.get("SelectedInstanceType")
+        else [config.get("SelectedInstanceType") or config.get("InstanceType")]
+    )
+    instances = int(config.get("SelectedInstanceCount") or config.get("InstanceCount") or 1)
+    stopping = job.get("StoppingCondition", {})
+    limit = stopping.get("MaxWaitTimeInSeconds") if job.get("EnableManagedSpotTraining") else None
+    costs = [billed_usd(name, instances, int(limit or stopping.get("MaxRuntimeInSeconds", 0))) for name in types if name]
+    return max((cost for cost in costs if cost is not None), default=0.0)
+
+
+def job_billed_usd(job: dict[str, Any]) -> float:
+    """What an ended job was billed (DescribeTrainingJob's BillableTimeInSeconds)."""
+    config = job.get("ResourceConfig", {})
+    instance_type = config.get("SelectedInstanceType") or config.get("InstanceType") or ""
+    instances = int(config.get("SelectedInstanceCount") or config.get("InstanceCount") or 1)
+    return billed_usd(instance_type, instances, int(job.get("BillableTimeInSeconds") or 0)) or 0.0
+
+
+def team_budget(
+    clients: Clients,
+    team: str,
+    monthly_usd: float,
+    jobs_in_progress: Iterable[dict[str, Any]],
+    queue_arn: str = "",
+    now: datetime | None = None,
+) -> TeamBudget:
+    """The team's month: its ended jobs created this month, its jobs in progress (the account's, read
+    once for the quotas) and, with a team queue, its jobs waiting there (their requests)."""
+    sagemaker = clients("sagemaker")
+
+    def team_of(arn: str) -> str | None:
+        return {t["Key"]: t["Value"] for t in sagemaker.list_tags(ResourceArn=arn).get("Tags", [])}.get(TAG_TEAM)
+
+    committed = [
+        (job["TrainingJobName"], job_worst_case_usd(job)) for job in jobs_in_progress if team_of(job["TrainingJobArn"]) == team
+    ]
+    spent = []
+    pages = sagemaker.get_paginator("list_training_jobs").paginate(CreationTimeAfter=month_start(now or datetime.now(UTC)))
+    for summary in (job for page in pages for job in page["TrainingJobSummaries"]):
+        if summary["TrainingJobStatus"] != IN_PROGRESS and team_of(summary["TrainingJobArn"]) == team:
+            described = sagemaker.describe_training_job(TrainingJobName=summary["TrainingJobName"])
+            spent.append((summary["TrainingJobName"], job_billed_usd(described)))
+    if queue_arn:
+        batch = clients("batch")
+        share = [{"name": "SHARE_IDENTIFIER", "values": [team]}]
+        for status in QUEUED:  # a dispatched job is a training job in progress, counted above
+            pages = batch.get_paginator("list_service_jobs").paginate(jobQueue=queue_arn, jobStatus=status, filters=share)
+            for summary in (job for page in pages for job in page["jobSummaryList"]):
+                request = json.loads(batch.describe_service_job(jobId=summary["jobId"])["serviceRequestPayload"])
+                committed.append((summary["jobName"], job_worst_case_usd(request)))
+    return TeamBudget(team, monthly_usd, tuple(spent), tuple(committed))
+
+
+def budget_problems(budget: TeamBudget | None, worst_case_usd: float | None) -> list[Problem]:
+    """The run's worst case (None: a type without a price, which no budget admits) with the team's month
+    against its monthly budget."""
+    if budget is None:
+        return []
+    if worst_case_usd is None:
+        return [
+            Problem(
+                "instance_type",
+                None,
+                f"team {budget.team} has a monthly budget of ${budget.monthly_usd:,.2f}, and this run's worst case "
+                "cannot be priced (a type without a list price)",
+                "choose a priced instance type",
+            )
+        ]
+    total = round(worst_case_usd + budget.spent_usd + budget.committed_usd, 2)
+    if total <= budget.monthly_usd:
+        return []
+    return [
+        Problem(
+            "team",
+            budget.team,
+            f"this run's worst case ${worst_case_usd:,.2f}, the ${budget.spent_usd:,.2f} the team's {len(budget.spent)} "
+            f"ended jobs of the month were billed and the ${budget.committed_usd:,.2f} its {len(budget.committed)} "
+            f"running and queued jobs may cost come to ${total:,.2f}, over its monthly budget of "
+            f"${budget.monthly_usd:,.2f}",
+            "lower max_runtime, instance_count or the sweep, wait for next month or for the team's jobs to end, "
+            "or raise -c queue_budgets",
+        )
+    ]
