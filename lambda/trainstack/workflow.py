@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from trainstack.billing import billed_usd
-from trainstack.layout import team_of_key
 from trainstack.errors import CapacityUnavailableError, ControlPlaneError
+from trainstack.layout import team_of_key
 
 # For annotations only: at run time the spec model would pull in pydantic, which Describe, Notify and
 # Stop never use, and every handler imports this module (tools/bench_lambda.py).
