@@ -10,8 +10,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from trainstack import yaml12
-from trainstack.account import read_account
+from trainstack.account import AccountView, read_account
+from trainstack.budgets import TeamBudget, stack_team_budget
 from trainstack.layout import JOBS_PREFIX, SOURCES_PREFIX, team_folder
 from trainstack.polling import poll_until
 from trainstack.preflight import preflight
@@ -62,11 +65,22 @@ def _validate(data: dict[str, Any], path: Path, stack: Stack, team: str) -> None
     try:
         spec = parse_spec(data)
         account = read_account(stack.client, stack.region, spec.capacity_options, stack.context.subnet_ids)
-        checked = preflight(spec, None, stack.region, stack.context, account, team)
+        budget = _team_budget(stack, team, account)
+        checked = preflight(spec, None, stack.region, stack.context, account, team, budget)
     except (SpecError, SpecRejectedError) as error:
         raise CliError("; ".join(f"{path}: {p}" for p in error.problems) + "; nothing was submitted", EXIT_BAD_INPUT) from None
     for warning in checked.warnings:  # what the job will meet, or what the caller's credentials could not read
         print(f"trainstack submit: warning: {warning}", file=sys.stderr)
+
+
+def _team_budget(stack: Stack, team: str, account: AccountView) -> TeamBudget | None:
+    """The team's month against its budget, read with the caller's credentials; what they may not read
+    is a warning (the stack's Validate reads it with its own role and refuses the run there)."""
+    try:
+        return stack_team_budget(stack.client, stack.context, team, account.jobs_in_progress)
+    except (ClientError, BotoCoreError) as error:
+        print(f"trainstack submit: warning: team {team}'s budget not checked here ({error})", file=sys.stderr)
+        return None
 
 
 def _pack(source_dir: Path, scratch: Path) -> Path:

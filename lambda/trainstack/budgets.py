@@ -18,6 +18,7 @@ from trainstack.billing import billed_usd
 from trainstack.identity import TAG_TEAM
 from trainstack.rules.problems import Problem
 from trainstack.service_jobs import QUEUED
+from trainstack.stack_context import StackContext
 
 Clients = Callable[[str], Any]
 IN_PROGRESS = "InProgress"
@@ -105,6 +106,17 @@ def team_budget(
                 request = json.loads(batch.describe_service_job(jobId=summary["jobId"])["serviceRequestPayload"])
                 committed.append((summary["jobName"], job_worst_case_usd(request)))
     return TeamBudget(team, monthly_usd, tuple(spent), tuple(committed))
+
+
+def stack_team_budget(
+    clients: Clients, stack: StackContext, team: str, jobs_in_progress: Iterable[dict[str, Any]]
+) -> TeamBudget | None:
+    """The team's month against the budget the stack gives it (Validate's, and `submit`'s before
+    anything is uploaded); None where the team has none."""
+    monthly = stack.budget_of(team)
+    if monthly is None:
+        return None
+    return team_budget(clients, team, monthly, jobs_in_progress, stack.job_queue_arn)
 
 
 def budget_problems(budget: TeamBudget | None, worst_case_usd: float | None) -> list[Problem]:

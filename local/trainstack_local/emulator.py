@@ -63,7 +63,7 @@ BATCH_RESOURCES = (
     ("AWS::Batch::JobQueue", "create_job_queue", "jobQueueArn", "JobQueueName"),
 )
 # The StackContext fields of the team queue, published as the template's outputs say.
-QUEUE_FIELDS = ("job_queue_arn", "queue_shares", "queue_default_share", "queue_max_instances")
+QUEUE_FIELDS = ("job_queue_arn", "queue_shares", "queue_default_share", "queue_max_instances", "team_budgets")
 
 
 @dataclass

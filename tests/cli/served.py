@@ -48,6 +48,21 @@ class Served:
     def wait_until(self, run: str, done, timeout: float = 300) -> dict:
         return poll_until(lambda: self.status(run), done, timeout=timeout, interval=1, what=f"run {run} to get there")
 
+    def run_of_upload(self, key: str) -> str:
+        """The run an upload of `key` to the trigger bucket started, once Step Functions lists it."""
+        machine = self.outputs["StateMachineArn"]
+
+        def started() -> list[str]:
+            executions = self.aws_json("stepfunctions", "list-executions", "--state-machine-arn", machine)["executions"]
+            inputs = {
+                e["name"]: self.aws_json("stepfunctions", "describe-execution", "--execution-arn", e["executionArn"])["input"]
+                for e in executions
+            }
+            return [name for name, text in inputs.items() if key in text]
+
+        (run,) = poll_until(started, timeout=60, interval=1, what=f"the upload of {key} to start a run")
+        return run
+
 
 def run(command: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300, check=False)

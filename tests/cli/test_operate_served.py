@@ -53,17 +53,7 @@ def test_the_aws_cli_starts_a_run_with_s3_cp_and_reads_it_from_step_functions_sa
     copied = served.aws("s3", "cp", str(spec), f"s3://{served.outputs['TriggerBucketName']}/jobs/from-aws-cli.yaml")
     assert copied.returncode == 0, copied.stderr
 
-    machine = served.outputs["StateMachineArn"]
-
-    def started() -> list[str]:
-        executions = served.aws_json("stepfunctions", "list-executions", "--state-machine-arn", machine)["executions"]
-        inputs = {
-            e["name"]: served.aws_json("stepfunctions", "describe-execution", "--execution-arn", e["executionArn"])["input"]
-            for e in executions
-        }
-        return [name for name, text in inputs.items() if "jobs/from-aws-cli.yaml" in text]
-
-    (run,) = poll_until(started, timeout=60, interval=1, what="the upload to start a run")
+    run = served.run_of_upload("jobs/from-aws-cli.yaml")
     view = served.wait_until(run, lambda v: v["status"] != "RUNNING")
     assert view["status"] == "SUCCEEDED", view["cause"]
     (trial,) = view["trials"]

@@ -78,14 +78,11 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
 
 
 def _budget(stack: StackContext, team: str, account: AccountView) -> TeamBudget | None:
-    """The team's monthly budget and what its running and queued jobs may still cost; None without one."""
-    from trainstack.budgets import team_budget
+    """The team's month against its budget; None without one. AWS failing on its side is retried."""
+    from trainstack.budgets import stack_team_budget
 
-    monthly = stack.budget_of(team)
-    if monthly is None:
-        return None
     with control_plane_retried(f"team {team}'s jobs (its budget)"):
-        return team_budget(client, team, monthly, account.jobs_in_progress, stack.job_queue_arn)
+        return stack_team_budget(client, stack, team, account.jobs_in_progress)
 
 
 def _object_counter() -> Callable[[str], int]:
