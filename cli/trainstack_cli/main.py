@@ -5,7 +5,7 @@
     trainstack plan job.yaml [--json]            # memory per GPU, speed, worst-case cost
     trainstack schema > job.schema.json          # JSON Schema for editors
     trainstack submit job.yaml [--source DIR] [--wait]   # on the stack (--stack NAME or --outputs FILE)
-    trainstack runs | status RUN | logs RUN [--follow] | stop RUN | resume RUN   # --json on every read command
+    trainstack runs [--team T] | status RUN | logs RUN [--follow] | stop RUN | resume RUN   # --json on every read command
     trainstack queue                             # the team queue by share: jobs, positions, capacity in use
     trainstack doctor [--spec job.yaml]          # can this account and stack run a job? one line per check
     trainstack smoke [--yes]                     # a few minutes' real run: submit, stop, resume, model, cost
@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--wait", action="store_true", help="follow the run live until it ends; the exit code is the run's")
     runs = _stack_command(commands, "runs", "recent runs: status, trials, billable seconds, cost so far")
     runs.add_argument("--limit", type=int, default=20, help="how many runs, newest first (default: 20)")
+    runs.add_argument("--team", help="only the team's runs, with what its jobs of this month came to (instance-hours, cost)")
     status = _stack_command(commands, "status", "a run's state, trials, history, latest metrics, cost so far")
     status.add_argument("run", help="the execution's name (or ARN), as `runs` lists it")
     logs = _stack_command(commands, "logs", "a trial's training job logs (CloudWatch Logs)")

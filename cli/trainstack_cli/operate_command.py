@@ -13,13 +13,22 @@ from rich.live import Live
 
 from trainstack_cli.logs import follow_logs
 from trainstack_cli.queue_reading import read_queue
-from trainstack_cli.run_reading import list_runs, read_run, watch
+from trainstack_cli.run_reading import list_runs, read_run, read_team_month, watch
 from trainstack_cli.runs import RunView
 from trainstack_cli.stack import EXIT_NO_STACK, EXIT_OK, EXIT_RUN_FAILED, Stack
 from trainstack_cli.stop import stop
 from trainstack_cli.submit import resume, submit
 from trainstack_cli.views import console as cli_console
-from trainstack_cli.views import doctor_view, live_line, queue_table, runs_table, smoke_view, status_view, stopped_view
+from trainstack_cli.views import (
+    doctor_view,
+    live_line,
+    queue_table,
+    runs_table,
+    smoke_view,
+    status_view,
+    stopped_view,
+    team_runs_view,
+)
 
 
 def operate_command(args: argparse.Namespace, stack: Stack) -> int:
@@ -35,8 +44,13 @@ def operate_command(args: argparse.Namespace, stack: Stack) -> int:
             console.print(f"run {name} started on stack {stack.name}")
         return exit_code(follow(stack, name, console, quiet=args.json), console, args.json)
     if args.command == "runs":
-        runs = list_runs(stack, args.limit)
-        return _show(console, args.json, [r.to_json() for r in runs], lambda: runs_table(runs))
+        if args.team is None:
+            runs = list_runs(stack, args.limit)
+            return _show(console, args.json, [r.to_json() for r in runs], lambda: runs_table(runs))
+        team = stack.team(args.team)
+        runs, month = list_runs(stack, args.limit, team), read_team_month(stack, team)
+        document = {"team": team, "month": month.to_json(), "runs": [r.to_json() for r in runs]}
+        return _show(console, args.json, document, lambda: team_runs_view(runs, month))
     if args.command == "status":
         run = read_run(stack, args.run, with_mlflow_ui=True)
         return _show(console, args.json, run.to_json(), lambda: status_view(run))

@@ -9,12 +9,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from trainstack.budgets import TeamMonth, team_jobs_of_month, team_month
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.polling import poll_until
 from trainstack.run_report import mlflow_ui_call
 from trainstack_cli.executions import describe_execution, execution_history, front_of_team_queue, trial_jobs
 from trainstack_cli.logs import streams
-from trainstack_cli.runs import RunView, latest_metrics, run_view, trial_of
+from trainstack_cli.runs import RunView, latest_metrics, run_view, team_of_run, trial_of
 from trainstack_cli.stack import ControlPlaneUnavailableError, Stack, aws_errors
 
 METRIC_LOG_EVENTS = 2000  # the newest lines of a host's log that `status` scans for metrics
@@ -53,15 +54,37 @@ def mlflow_ui_link(stack: Stack, description: dict[str, Any]) -> str:
         return ""
 
 
-def list_runs(stack: Stack, limit: int) -> list[RunView]:
+def list_runs(stack: Stack, limit: int, team: str | None = None) -> list[RunView]:
+    """The newest `limit` runs, of `team` only where one is given (runs.team_of_run)."""
+    if team is None:
+        with aws_errors(f"stack {stack.name}"):
+            summaries = stack.client("stepfunctions").list_executions(stateMachineArn=stack.state_machine_arn, maxResults=limit)[
+                "executions"
+            ]
+        names = [s["executionArn"] for s in sorted(summaries, key=lambda s: s["startDate"], reverse=True)]
+    else:
+        names = _team_runs(stack, team, limit)
+    return [read_run(stack, name, with_metrics=False) for name in names]
+
+
+def _team_runs(stack: Stack, team: str, limit: int) -> list[str]:
+    """The newest `limit` executions of the team's runs (ListExecutions lists the newest first)."""
+    found: list[str] = []
     with aws_errors(f"stack {stack.name}"):
-        summaries = stack.client("stepfunctions").list_executions(stateMachineArn=stack.state_machine_arn, maxResults=limit)[
-            "executions"
-        ]
-    return [
-        read_run(stack, s["executionArn"], with_metrics=False)
-        for s in sorted(summaries, key=lambda s: s["startDate"], reverse=True)
-    ]
+        pages = stack.client("stepfunctions").get_paginator("list_executions").paginate(stateMachineArn=stack.state_machine_arn)
+        for summary in (execution for page in pages for execution in page["executions"]):
+            if team_of_run(describe_execution(stack, summary["executionArn"]), stack.context.default_team) == team:
+                found.append(summary["executionArn"])
+                if len(found) == limit:
+                    break
+    return found
+
+
+def read_team_month(stack: Stack, team: str) -> TeamMonth:
+    """What the team's jobs of this month (UTC) came to, read from SageMaker with the caller's credentials."""
+    now = datetime.now(UTC)
+    with aws_errors(f"team {team}'s jobs of the month"):
+        return team_month(team, team_jobs_of_month(stack.client("sagemaker"), team, now), now)
 
 
 def _job_metrics(stack: Stack, job: dict[str, Any]) -> dict[str, float]:

@@ -143,6 +143,12 @@ def run_identity(execution: dict[str, Any]) -> Run:
     return Run(trigger.lineage, trigger.resume)
 
 
+def team_of_run(execution: dict[str, Any], default_team: str) -> str:
+    """The team a run is: the folder its spec came from, or the team a direct start named (as the
+    state machine reads its input), else the stack's default team."""
+    return trigger_of(json.loads(execution.get("input") or "{}"), execution["name"]).team or default_team
+
+
 def trial_index(job_name: str) -> int:
     """The sweep trial a job name says (0 for a single job), read by the identity's own parser."""
     parsed = JobName.parse(job_name)

@@ -93,6 +93,13 @@ class Stack:
     def client(self, service: str) -> Any:
         return self.session.client(service)
 
+    def team(self, name: str) -> str:
+        """`name` where it is one of the stack's teams; one line naming them otherwise."""
+        teams = self.context.teams
+        if name not in teams:
+            raise CliError(f"--team {name}: stack {self.name}'s teams are {', '.join(teams)}; name one of them", EXIT_BAD_INPUT)
+        return name
+
 
 def find_stack(name: str | None, outputs: Path | None, profile: str | None, region: str | None) -> Stack:
     """From the arguments, else the environment; the one stack the commands act on."""

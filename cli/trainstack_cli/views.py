@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trainstack.billing import cost_basis
+from trainstack.budgets import TeamMonth
 from trainstack.run_report import job_links
 from trainstack.service_jobs import CAPACITY_UNIT, RUNNABLE
 from trainstack.workflow import NOT_STARTED
@@ -78,6 +79,16 @@ def runs_table(runs: list[RunView]) -> Table:
             usd(run.cost_usd),
         )
     return table
+
+
+def team_runs_view(runs: list[RunView], month: TeamMonth) -> Group:
+    """`runs --team`: the team's runs, then what its jobs of the month came to."""
+    unpriced = f" (no price for {', '.join(month.unpriced)}: their hours, not their cost)" if month.unpriced else ""
+    summary = (
+        f"team {month.team}, {month.month}: {month.jobs} jobs ({month.in_progress} in progress), "
+        f"{month.instance_hours:,.2f} instance-hours, est. {usd(month.cost_usd)}{unpriced}"
+    )
+    return Group(runs_table(runs), summary)
 
 
 def queue_text(job: ServiceJobView) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -85,18 +85,13 @@ def team_budget(
     once for the quotas) and, with a team queue, its jobs waiting there (their requests)."""
     sagemaker = clients("sagemaker")
 
-    def team_of(arn: str) -> str | None:
-        return {t["Key"]: t["Value"] for t in sagemaker.list_tags(ResourceArn=arn).get("Tags", [])}.get(TAG_TEAM)
-
     committed = [
-        (job["TrainingJobName"], job_worst_case_usd(job)) for job in jobs_in_progress if team_of(job["TrainingJobArn"]) == team
+        (job["TrainingJobName"], job_worst_case_usd(job))
+        for job in jobs_in_progress
+        if job_team(sagemaker, job["TrainingJobArn"]) == team
     ]
-    spent = []
-    pages = sagemaker.get_paginator("list_training_jobs").paginate(CreationTimeAfter=month_start(now or datetime.now(UTC)))
-    for summary in (job for page in pages for job in page["TrainingJobSummaries"]):
-        if summary["TrainingJobStatus"] != IN_PROGRESS and team_of(summary["TrainingJobArn"]) == team:
-            described = sagemaker.describe_training_job(TrainingJobName=summary["TrainingJobName"])
-            spent.append((summary["TrainingJobName"], job_billed_usd(described)))
+    ended = team_jobs_of_month(sagemaker, team, now or datetime.now(UTC), ended_only=True)
+    spent = [(job["TrainingJobName"], job_billed_usd(job)) for job in ended]
     if queue_arn:
         batch = clients("batch")
         share = [{"name": "SHARE_IDENTIFIER", "values": [team]}]
@@ -106,6 +101,68 @@ def team_budget(
                 request = json.loads(batch.describe_service_job(jobId=summary["jobId"])["serviceRequestPayload"])
                 committed.append((summary["jobName"], job_worst_case_usd(request)))
     return TeamBudget(team, monthly_usd, tuple(spent), tuple(committed))
+
+
+def job_team(sagemaker: Any, arn: str) -> str | None:
+    """The team a training job is, by its trainstack:team tag (None: a job trainstack did not create)."""
+    return {t["Key"]: t["Value"] for t in sagemaker.list_tags(ResourceArn=arn).get("Tags", [])}.get(TAG_TEAM)
+
+
+def team_jobs_of_month(sagemaker: Any, team: str, now: datetime, ended_only: bool = False) -> list[dict[str, Any]]:
+    """DescribeTrainingJob of each job the team created in `now`'s month (UTC), by its trainstack:team
+    tag; `ended_only`: those no longer in progress (whose billed time SageMaker has reported)."""
+    described = []
+    pages = sagemaker.get_paginator("list_training_jobs").paginate(CreationTimeAfter=month_start(now))
+    for summary in (job for page in pages for job in page["TrainingJobSummaries"]):
+        if ended_only and summary["TrainingJobStatus"] == IN_PROGRESS:
+            continue
+        if job_team(sagemaker, summary["TrainingJobArn"]) == team:
+            described.append(sagemaker.describe_training_job(TrainingJobName=summary["TrainingJobName"]))
+    return described
+
+
+@dataclass(frozen=True)
+class TeamMonth:
+    """What a team's jobs of one month came to: instance-hours and their estimated cost (ended jobs:
+    SageMaker's billable seconds; jobs in progress: the seconds since they started training, as
+    `trainstack runs` counts a run's cost so far), at the catalog's on-demand price."""
+
+    team: str
+    month: str  # YYYY-MM, UTC
+    jobs: int
+    in_progress: int
+    instance_hours: float
+    cost_usd: float
+    unpriced: tuple[str, ...] = ()  # instance types without a catalog price: their hours, not their cost
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "unpriced": list(self.unpriced)}
+
+
+def team_month(team: str, described: Iterable[dict[str, Any]], now: datetime) -> TeamMonth:
+    """The team's month from DescribeTrainingJob of each of its jobs of the month (team_jobs_of_month)."""
+    jobs = in_progress = 0
+    seconds = cost = 0.0
+    unpriced: set[str] = set()
+    for job in described:
+        jobs += 1
+        config = job.get("ResourceConfig", {})
+        instance_type = config.get("SelectedInstanceType") or config.get("InstanceType") or ""
+        instances = int(config.get("SelectedInstanceCount") or config.get("InstanceCount") or 1)
+        if job["TrainingJobStatus"] == IN_PROGRESS:
+            in_progress += 1
+            started = job.get("TrainingStartTime")
+            billed = int((now - started).total_seconds()) if started else 0
+        else:
+            billed = int(job.get("BillableTimeInSeconds") or 0)
+        seconds += billed * instances
+        usd = billed_usd(instance_type, instances, billed)
+        if usd is None:
+            unpriced.add(instance_type)
+        else:
+            cost += usd
+    month = month_start(now).strftime("%Y-%m")
+    return TeamMonth(team, month, jobs, in_progress, round(seconds / 3600, 2), round(cost, 2), tuple(sorted(unpriced)))
 
 
 def stack_team_budget(

@@ -8,6 +8,7 @@ the stack's Validate (the CLI is not the only gate); prod, without a budget, run
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -92,3 +93,32 @@ def test_a_team_over_its_budget_is_refused_naming_each_figure_by_submit_and_by_v
     served.wait_until(other, lambda view: view["trials"] and view["trials"][0]["status"] == "InProgress")
     for run in (first, other):
         assert served.trainstack("stop", run).returncode == 0
+
+
+def test_runs_of_a_team_lists_only_its_runs_with_what_its_jobs_of_the_month_came_to(served, tmp_path):
+    spec = yaml.safe_load(Path(spec_file(tmp_path, "short", "prod")).read_text())
+    spec.update(instance_type="ml.g5.xlarge", hyperparameters={"model": "gpt-tiny", "max_steps": 4, "log_every": 1})
+    (tmp_path / "short.yaml").write_text(yaml.safe_dump(spec))
+    short = submitted(served, str(tmp_path / "short.yaml"), "--team", "prod")
+    assert served.wait_until(short, lambda view: view["status"] != "RUNNING")["status"] == "SUCCEEDED"
+
+    prod = json.loads(served.trainstack("runs", "--team", "prod", "--json").stdout)
+    research = json.loads(served.trainstack("runs", "--team", "research", "--json").stdout)
+    shown = " ".join(served.trainstack("runs", "--team", "prod").stdout.split())
+
+    assert short in [run["name"] for run in prod["runs"]] and short not in [run["name"] for run in research["runs"]]
+    month = prod["month"]
+    jobs = [trial for run in prod["runs"] for trial in run["trials"] if trial["training_job_name"]]
+    assert (prod["team"], month["team"], month["jobs"]) == ("prod", "prod", len(jobs))
+    assert month["instance_hours"] > 0 and month["cost_usd"] > 0
+    assert f"team prod, {month['month']}: {month['jobs']} jobs" in shown and f"est. ${month['cost_usd']:,.2f}" in shown
+
+
+def test_runs_of_a_team_the_stack_does_not_have_is_refused_naming_its_teams(served):
+    refused = served.trainstack("runs", "--team", "nobody")
+
+    assert refused.returncode == EXIT_BAD_INPUT
+    assert (
+        refused.stderr.strip()
+        == "trainstack runs: --team nobody: stack trainstack-local's teams are research, prod; name one of them"
+    )

@@ -11,7 +11,7 @@ import pytest
 
 from tests.core.specs import DDP
 from trainstack import facts
-from trainstack.budgets import TeamBudget, budget_problems, job_billed_usd, job_worst_case_usd, month_start
+from trainstack.budgets import TeamBudget, budget_problems, job_billed_usd, job_worst_case_usd, month_start, team_month
 from trainstack.preflight import preflight
 from trainstack.rules import SpecRejectedError
 from trainstack.spec import parse_spec
@@ -82,3 +82,24 @@ def test_force_does_not_lift_a_teams_budget():
     spec = parse_spec({**DDP, "inputs": {}, "force": True})
     with pytest.raises(SpecRejectedError, match=re.escape("over its monthly budget of $1.00")):
         preflight(spec, lambda uri: 64, budget=TeamBudget("research", 1.0, ()))
+
+
+def test_a_teams_month_counts_ended_jobs_billed_time_and_running_jobs_time_so_far_on_their_instances():
+    ended = job(TrainingJobStatus="Completed", BillableTimeInSeconds=1800)
+    running = job(TrainingJobStatus="InProgress")  # started training an hour before NOW
+    month = team_month("research", [ended, running], NOW)
+
+    assert (month.month, month.jobs, month.in_progress) == ("2026-11", 2, 1)
+    assert month.instance_hours == pytest.approx(2 * 0.5 + 2 * 1.0)
+    assert month.cost_usd == pytest.approx(PRICE * 3, abs=0.01)
+
+
+def test_a_teams_month_names_a_type_without_a_price_and_counts_its_hours_only():
+    unpriced = job(
+        TrainingJobStatus="Completed",
+        BillableTimeInSeconds=3600,
+        ResourceConfig={"InstanceType": "ml.x9.huge", "InstanceCount": 1},
+    )
+    month = team_month("research", [unpriced], NOW)
+
+    assert (month.instance_hours, month.cost_usd, month.unpriced) == (1.0, 0.0, ("ml.x9.huge",))
