@@ -31,7 +31,7 @@ RUNTIMES = {
 # share of the package cache (torch and its CUDA libraries: 5 to 7 GB).
 ENVIRONMENTS_GB = 4
 RUNTIME_GB = 8
-# The SageMaker toolkit's MPI launcher (the tests run it): `make system-packages` installs them as root.
+# The SageMaker toolkit's MPI launcher (the tests run it): `make system-packages` installs them as root with apt.
 MPI_TOOLS = {"mpirun": "mpirun", "sshd": "/usr/sbin/sshd"}
 APT_PACKAGES = "openmpi-bin openssh-server"
 
@@ -53,8 +53,15 @@ def problems(command: str) -> list[str]:
         )
     for what, fix in prerequisites.missing():
         found.append(f"{what} (the SageMaker twin runs each emulated host in Linux namespaces): {fix}")
-    if command == "test" and os.geteuid() != 0 and not all(shutil.which(tool) for tool in MPI_TOOLS.values()):
-        found.append(f"mpirun and /usr/sbin/sshd (the tests run the toolkit's MPI launcher): apt-get install {APT_PACKAGES}")
+    if command == "test" and not all(shutil.which(tool) for tool in MPI_TOOLS.values()):
+        # Not a prerequisite where `make system-packages` can install them: as root, with apt.
+        if os.geteuid() != 0:
+            found.append(f"mpirun and /usr/sbin/sshd (the tests run the toolkit's MPI launcher): apt-get install {APT_PACKAGES}")
+        elif shutil.which("apt-get") is None:
+            found.append(
+                "mpirun and /usr/sbin/sshd (the tests run the toolkit's MPI launcher; make test installs them with apt-get, "
+                "which this machine lacks): install Open MPI and an OpenSSH server with its package manager"
+            )
     for version in sorted({python for _, python in RUNTIMES[command]}):
         try:
             runtimes.find_python(version)

@@ -136,3 +136,24 @@ def test_a_machine_with_everything_is_told_nothing():
     if os.geteuid() != 0:
         pytest.skip("the twin needs root")
     assert prerequisites.problems("local") == []
+
+
+@needs_root
+def test_as_root_with_apt_mpirun_is_not_a_prerequisite_of_make_test(monkeypatch, tmp_path):
+    folder = tools_but(tmp_path, "mpirun")
+    if (apt := shutil.which("apt-get")) is None:
+        pytest.skip("make system-packages installs Open MPI with apt-get, which this machine lacks")
+    (Path(folder) / "apt-get").symlink_to(apt)
+    monkeypatch.setenv("PATH", folder)
+
+    assert not [line for line in prerequisites.problems("test") if "mpirun" in line]
+
+
+@needs_root
+def test_as_root_without_apt_a_missing_mpirun_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", tools_but(tmp_path, "mpirun"))
+
+    assert [line for line in prerequisites.problems("test") if "mpirun" in line] == [
+        "mpirun and /usr/sbin/sshd (the tests run the toolkit's MPI launcher; make test installs them with apt-get, "
+        "which this machine lacks): install Open MPI and an OpenSSH server with its package manager"
+    ]
