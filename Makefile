@@ -117,11 +117,14 @@ quietly = out=$$($(1) 2>&1) || { printf '%s\n' "$$out"; echo "make: $(2) failed"
 
 # What synth and the gates read: every file git would track (tracked or new, not ignored) and the pinned
 # tools. `make local` runs them again only when one of these changed since they last passed (the mark is
-# in cdk.out, so a removed cdk.out runs them too); outside a git clone, every time.
-GATE_INPUTS = $(or $(wildcard $(shell git ls-files --cached --others --exclude-standard 2>/dev/null)),FORCE)
+# in cdk.out, so a removed cdk.out runs them too); outside a git clone, every time. The mark holds the
+# list of files they passed on, so a file added or removed since runs them too.
+GATE_FILES := $(wildcard $(shell git ls-files --cached --others --exclude-standard 2>/dev/null))
+PASSED_ON := $(file <cdk.out/.gates-passed)
+GATE_INPUTS = $(or $(GATE_FILES),FORCE) $(if $(filter-out $(PASSED_ON),$(GATE_FILES))$(filter-out $(GATE_FILES),$(PASSED_ON)),FORCE)
 cdk.out/.gates-passed: $(GATE_INPUTS) $(VENV)/.installed $(CHECKOV_VENV)/.installed node_modules/.installed
 	@$(call quietly,$(MAKE) --no-print-directory lint,synth or a gate (cdk-nag, ruff, cfn-lint, checkov))
-	@touch $@
+	@printf '%s\n' $(GATE_FILES) >$@
 
 .PHONY: FORCE
 FORCE:
