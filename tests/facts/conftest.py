@@ -1,4 +1,4 @@
-"""The SDK oracle: tests/facts/sdk_oracle.py run by the SDK's own venv (.venv-sdk, made by `make setup`)."""
+"""The SDK oracle: tests/facts/sdk_oracle.py run by the SDK's own venv (.venv-sdk, made by `make sdk`, which `make test` runs)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ ORACLE = Path(__file__).with_name("sdk_oracle.py")
 
 def sdk_python() -> Path:
     if not SDK_PYTHON.exists():
-        pytest.fail(f"{SDK_PYTHON} is missing: run `make setup` (it creates the SageMaker SDK venv these tests ask)")
+        pytest.fail(f"{SDK_PYTHON} is missing: run `make sdk` (it creates the SageMaker SDK venv these tests ask)")
     return SDK_PYTHON
 
 

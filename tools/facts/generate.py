@@ -2,7 +2,7 @@
 
     .venv-sdk/bin/python -m tools.facts.generate [--output PATH]
 
-Runs in `.venv-sdk` (created by `make setup`), never in the Lambda: the SDK is the source of truth
+Runs in `.venv-sdk` (created by `make sdk`), never in the Lambda: the SDK is the source of truth
 at build time only. It reads
 - SDK 2.x (`sagemaker`, installed): `image_uri_config/pytorch.json`, `pytorch-smp.json`,
   `pytorch-neuron.json`, `instance_gpu_info.json`, the launcher lists in `fw_utils.py`, and asks
