@@ -5,8 +5,9 @@ the execution, each job and its logs), and the run's overall outcome for the sta
 Choice. Each ended job, and each trial's restarts by cause with the steps and cost they lost, are
 also counted on the stack's dashboard (run_report.metric_lines).
 
-The outcome never depends on the message: a Publish that fails is logged and reported beside the
-outcome (`notified: false`), so an SNS problem cannot replace the run's real reason.
+The outcome never depends on the message: a Publish that SNS refuses, or that keeps failing on AWS's
+side after being asked again (environment.asked_again), is logged and reported beside the outcome
+(`notified: false`), so an SNS problem cannot replace the run's real reason.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from trainstack.billing import cost_basis
-from trainstack.errors import SpecInvalidError
-from trainstack.handlers.environment import client, environment
+from trainstack.errors import ControlPlaneError, SpecInvalidError
+from trainstack.handlers.environment import asked_again, client, environment
 from trainstack.restarts import RESTART, decided, total_usd
 from trainstack.run_report import execution_link, job_links, metric_lines
 from trainstack.workflow import COMPLETED, FAILED, NOT_STARTED, REJECTED, UNWATCHED, notification_subject
@@ -45,13 +46,14 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     for line in metric_lines(outcome["trials"], environment().stack.name_prefix, int(time.time() * 1000)):
         print(line, flush=True)  # Lambda's log delivery extracts the metrics
     notified = True
+    message = {
+        "TopicArn": environment().topic_arn,
+        "Subject": notification_subject(outcome["status"], outcome["reason"]),
+        "Message": json.dumps(outcome, indent=1),
+    }
     try:
-        client("sns").publish(
-            TopicArn=environment().topic_arn,
-            Subject=notification_subject(outcome["status"], outcome["reason"]),
-            Message=json.dumps(outcome, indent=1),
-        )
-    except (BotoCoreError, ClientError) as error:
+        asked_again("SNS Publish", lambda: client("sns").publish(**message))
+    except (BotoCoreError, ClientError, ControlPlaneError) as error:
         log.error("notification for a %s run not sent: %s", outcome["status"], error)
         notified = False
     return {"status": outcome["status"], "reason": outcome["reason"][:REASON_MAX], "notified": notified}
