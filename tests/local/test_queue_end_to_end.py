@@ -10,7 +10,7 @@ from datetime import datetime
 import boto3
 import pytest
 
-from tests.local.twin_runs import function_log, notifications, start_inline
+from tests.local.twin_runs import function_log, job_run, notifications, printed_steps, start_inline, wait_for_step
 from tests.synth import synthesize
 from trainstack.polling import poll_until
 from trainstack.service_jobs import BATCH_TRAINING_JOB_PREFIX, training_job_name
@@ -204,6 +204,30 @@ def notification(stack, execution: str) -> dict:
     return message
 
 
+def test_a_preempted_queued_job_resumes_at_its_checkpoint_and_its_run_reports_one_preemption_and_no_failure(queued):
+    stack, twin = queued
+    resumable = {"model": "gpt-tiny", "max_steps": 400, "log_every": 10, "checkpoint_every": 20}
+    execution = start_inline(stack, job("preempted", share="prod") | {"hyperparameters": resumable}, "preempted")
+    (running,) = poll_until(
+        lambda: [j for j in run_of(stack, "preempted") if j["status"] == "RUNNING"], timeout=300, what="the run's job to run"
+    )
+    first = training_job_name(batch().describe_service_job(jobId=running["jobId"]))
+    wait_for_step(job_run(twin, first), 40)
+    stack.batch.preempt(running["jobId"], "a job of quota share research needed its instances")
+    assert finish(execution).status == "SUCCEEDED"
+
+    (trial,) = notification(stack, execution)["trials"]
+    assert (trial["status"], trial["preemptions"], trial["restarts"]) == ("Completed", 1, 0)
+    preempted, resumed = trial["attempts"]
+    assert (preempted["training_job_name"], preempted["kind"], preempted["status"]) == (first, "batch preemption", "Stopped")
+    assert resumed["kind"] == "" and resumed["job_name"] == preempted["job_name"] and resumed["training_job_name"] != first
+    checkpoint = preempted["checkpoint_step"]  # the stop's own save, at the step SIGTERM found it
+    assert checkpoint >= 40 and preempted["steps_lost"] == preempted["trained_to_step"] - checkpoint >= 0
+    again = job_run(twin, resumed["training_job_name"])
+    assert f"at step {checkpoint}, example position" in again.log("algo-1") and printed_steps(again)[0] > checkpoint
+    assert trial["goodput"]["instance_seconds"]["billed"] > 0 and 0 < trial["goodput"]["goodput"] < 1
+
+
 # The pipeline's every call while a queued job trains, then its notification: each fails 3 of every 4
 # times (botocore's three attempts of one call all fail, then the next call is answered).
 INTERMITTENT = (("batch", "DescribeServiceJob"), ("sagemaker", "DescribeTrainingJob"), ("sns", "Publish"))
@@ -229,7 +253,7 @@ def test_a_queued_job_trains_to_completion_through_a_minute_of_intermittent_cont
     ]
     assert "Unknown" in described  # failures botocore's retries did not absorb reached the pipeline, which asked again
     (trial,) = notification(stack, execution)["trials"]  # published, on the fourth call
-    assert (trial["status"], trial["restarts"]) == ("Completed", 0)
+    assert (trial["status"], trial["restarts"], trial["preemptions"]) == ("Completed", 0, 0)
     (attempt,) = trial["attempts"]
     assert (attempt["status"], attempt["decision"]) == ("Completed", "")
     assert len([j for j in training_jobs() if "flaky" in j["TrainingJobName"]]) == 1  # neither stopped nor created again
