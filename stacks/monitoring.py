@@ -16,6 +16,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.event_delivery import delivery
+from trainstack.goodput import BILLED, PART_WORDS, PARTS, WAITING
 from trainstack.layout import TRAINING_JOB_METRICS_NAMESPACE
 from trainstack.run_report import (
     BILLABLE_METRIC,
@@ -27,6 +28,8 @@ from trainstack.run_report import (
     RESTARTS_METRIC,
     RUN_METRICS_NAMESPACE,
     STEPS_LOST_METRIC,
+    TIME_DIMENSIONS,
+    TIME_METRICS,
 )
 from trainstack.service_jobs import batch_training_job_prefix
 from trainstack_contract.job_names import training_job_name_prefix
@@ -105,9 +108,10 @@ class TrainingMonitoring(Construct):
         )
 
     def dashboard(self, state_machine: sfn.IStateMachine) -> cloudwatch.Dashboard:
-        """One page per stack: runs and jobs by status, billed instance-hours, restarts by the kind of
-        failure they followed with the steps and cost they lost, the training metrics the jobs'
-        MetricDefinitions publish, and SageMaker's instance utilization per host."""
+        """One page per stack: runs and jobs by status, billed instance-hours, the goodput of what was
+        billed and where the rest went, restarts by the kind of failure they followed with the steps
+        and cost they lost, the training metrics the jobs' MetricDefinitions publish, and SageMaker's
+        instance utilization per host."""
         hourly = Duration.hours(1)
         executions = [
             metric.with_(statistic="Sum", period=hourly, label=label)
@@ -135,6 +139,7 @@ class TrainingMonitoring(Construct):
                     "Billed instance-hours", f'{run_metric} MetricName="{BILLABLE_METRIC}"', "Sum", hourly, scale=1 / 3600
                 ),
             ],
+            self._goodput_widgets(hourly),
             [
                 cloudwatch.GraphWidget(
                     title="Restarts by cause",
@@ -162,6 +167,47 @@ class TrainingMonitoring(Construct):
             ],
         ]
         return cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{self.name_prefix}-training", widgets=widgets)
+
+    def _goodput_widgets(self, period: Duration) -> list[cloudwatch.IWidget]:
+        """Goodput (productive over billed instance-seconds, from the time-account line Notify prints
+        per trial) and the billed instance-hours by what they went to, with the hours waited unbilled."""
+        metrics = {
+            part: cloudwatch.Metric(
+                namespace=RUN_METRICS_NAMESPACE,
+                metric_name=TIME_METRICS[part],
+                dimensions_map=dict(zip(TIME_DIMENSIONS, (self.name_prefix,), strict=True)),
+                statistic="Sum",
+                period=period,
+            )
+            for part in TIME_METRICS
+        }
+        goodput = cloudwatch.MathExpression(
+            expression="100 * productive / billed",
+            using_metrics={"productive": metrics["productive"], "billed": metrics[BILLED]},
+            label="goodput %",
+            period=period,
+        )
+        hours = [
+            cloudwatch.MathExpression(
+                expression=f"{part} / 3600", using_metrics={part: metrics[part]}, label=PART_WORDS[part], period=period
+            )
+            for part in (*PARTS, WAITING)
+        ]
+        return [
+            cloudwatch.GraphWidget(
+                title="Goodput: productive step time / billed instance time (%)",
+                left=[goodput],
+                left_y_axis=cloudwatch.YAxisProps(min=0, max=100, show_units=False),
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Billed instance-hours by use, and hours waited unbilled",
+                left=hours,
+                stacked=True,
+                left_y_axis=cloudwatch.YAxisProps(label="instance-hours", show_units=False),
+                width=16,
+            ),
+        ]
 
 
 def _search(search: str, statistic: str, period: Duration, *, scale: float = 1.0, label: str = "") -> cloudwatch.MathExpression:

@@ -11,7 +11,7 @@
     trainstack smoke [--yes]                     # a few minutes' real run: submit, stop, resume, model, cost
     trainstack local serve                       # the stack emulated on 127.0.0.1, for any AWS client
     trainstack local run [job.yaml]              # one run on the emulated stack, shown live
-    trainstack local fault api|spot|capacity|hang|nan|transport|clear ...  # rehearse a failure on the served twin
+    trainstack local fault api|spot|capacity|preempt|hang|nan|transport|clear ...  # rehearse a failure on the served twin
     trainstack redrive --outputs cdk-outputs.json  # deliver the events the trigger dead-letter queue holds
 
 Offline: without --outputs `render` marks the stack's values as placeholders, and a ShardedByS3Key
@@ -152,7 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--template", type=Path, help="the synthesized template (default: cdk.out's)")
     fault = local_commands.add_parser("fault", help=f"rehearse a failure on the served twin: {', '.join(KINDS)}")
     fault.add_argument("kind", choices=KINDS, help='what fails (see the README, "Rehearse failures")')
-    fault.add_argument("target", nargs="?", help="SERVICE:Action (api), a training job (spot), a type (capacity), a job prefix")
+    fault.add_argument(
+        "target",
+        nargs="?",
+        help="SERVICE:Action (api), a training job (spot), a type (capacity), a run or service job (preempt), a job prefix",
+    )
     fault.add_argument("--code", help="api: the error code AWS answers, e.g. ServiceUnavailable, ThrottlingException")
     fault.add_argument("--for", dest="for_", help="api: for how long, e.g. 90s, 3m (default: until cleared or --times)")
     fault.add_argument("--times", type=int, help="how many calls (api), jobs (capacity, hang, nan, transport)")

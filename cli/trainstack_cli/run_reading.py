@@ -13,10 +13,13 @@ from trainstack.budgets import TeamMonth, team_jobs_of_month, team_month
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.polling import poll_until
 from trainstack.run_report import mlflow_ui_call
+from trainstack.service_jobs import preempted_training_jobs
+from trainstack.workflow import summary
 from trainstack_cli.executions import describe_execution, execution_history, front_of_team_queue, trial_jobs
 from trainstack_cli.logs import streams
-from trainstack_cli.runs import RunView, latest_metrics, run_view, team_of_run, trial_of
+from trainstack_cli.runs import Attempted, JobRecord, RunView, latest_metrics, run_account, run_view, team_of_run, trial_of
 from trainstack_cli.stack import ControlPlaneUnavailableError, Stack, aws_errors
+from trainstack_cli.team_queue import batch_time
 
 METRIC_LOG_EVENTS = 2000  # the newest lines of a host's log that `status` scans for metrics
 
@@ -28,14 +31,37 @@ def read_run(stack: Stack, run: str, with_metrics: bool = True, with_mlflow_ui: 
         now = datetime.now(UTC)
         jobs = trial_jobs(stack, execution, history)
         front = front_of_team_queue(stack, jobs)
-        trials = []
+        trials, attempted = [], []
         for job in jobs:
             metrics = _job_metrics(stack, job.training) if with_metrics and job.training else {}
             trial = trial_of(job, now, front, metrics)
             if with_mlflow_ui and job.training:
                 trial = replace(trial, mlflow_ui=mlflow_ui_link(stack, job.training))
             trials.append(trial)
-        return run_view(execution, history, trials, now)
+            attempted += _attempted(stack, job, trial.trial, metrics)
+        return run_view(execution, history, trials, now, run_account(attempted, now))
+
+
+def _attempted(stack: Stack, job: JobRecord, trial: int, metrics: dict[str, float]) -> list[Attempted]:
+    """The training jobs a job of the run trained as, for its goodput: a direct job's own; a queued
+    job's, those Batch preempted first (described here) and then its latest, waiting from its
+    submission to the queue."""
+
+    def final(description: dict[str, Any]) -> dict[str, float]:
+        return summary(description)["final_metrics"]
+
+    if job.service is None:
+        return [Attempted(trial, job.training, metrics or final(job.training))] if job.training else []
+    submitted = batch_time(job.service.get("createdAt"))
+    descriptions = [
+        stack.client("sagemaker").describe_training_job(TrainingJobName=name)
+        for name, _ in preempted_training_jobs(job.service)
+        if name != job.training_job_name
+    ]
+    attempts = [Attempted(trial, description, final(description), submitted) for description in descriptions]
+    if job.training:
+        attempts.append(Attempted(trial, job.training, metrics or final(job.training), submitted))
+    return attempts
 
 
 def mlflow_ui_link(stack: Stack, description: dict[str, Any]) -> str:

@@ -5,7 +5,9 @@ carry the run's digest (trainstack.identity, the same test the Stop handler uses
 submitted to the team queue, which its history names (Batch names the training job it creates for
 one AWSBatch<job name><32 hex>, a name the digest test does not read). Cost so far is
 the job's instances x SageMaker's billable seconds (while a job runs, the seconds since it started
-training: SageMaker reports billable time only at the end) x the catalog's on-demand price.
+training: SageMaker reports billable time only at the end) x the catalog's on-demand price. Goodput
+so far is accounted by trainstack.goodput from every training job of the run, those Batch preempted
+included, as Notify accounts it at the end.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from typing import Any
 from trainstack.billing import billed_usd
 from trainstack.errors import CapacityUnavailableError
 from trainstack.failures import classify, failure_text
+from trainstack.goodput import attempt_account, progress_at_end, report, total
 from trainstack.identity import Run
-from trainstack.restarts import progress_at_end
 from trainstack.run_report import mlflow_run
 from trainstack.service_jobs import DISPATCHED, QUEUED, ended_in_queue
 from trainstack.workflow import NOT_STARTED, RUNNING, trigger_of
@@ -65,6 +67,7 @@ class TrialView:
     mlflow_ui: str = ""  # a signed-in link to its server's MLflow UI (`status` only); "" where none could be made
     training_job_name: str = ""  # SageMaker's name for the job: `job_name`, or Batch's for a queued job; "" while queued
     queue: ServiceJobView | None = None  # for a job submitted to the team queue: where it stands there
+    preemptions: int = 0  # for a queued job: how often Batch preempted it (no failure, no restart spent)
 
     @property
     def steps_lost(self) -> int:
@@ -98,6 +101,46 @@ class JobRecord:
 
 
 @dataclass(frozen=True)
+class Attempted:
+    """One training job of a trial as its goodput is accounted: its description, its metrics (the
+    latest its log shows while it runs), and when it could have started (a queued job's submission;
+    None: its creation, or the end of the trial's job before it)."""
+
+    trial: int
+    description: dict[str, Any]
+    metrics: dict[str, float]
+    waiting_since: datetime | None = None
+
+
+def run_account(attempts: list[Attempted], now: datetime) -> dict[str, int]:
+    """The run's account of time (trainstack.goodput): each trial's jobs in the order they were
+    created, each resuming from the newest checkpoint of the one before and waiting from its end, its
+    steps after that checkpoint trained again by the next."""
+    trials: dict[int, list[Attempted]] = {}
+    for attempt in attempts:
+        trials.setdefault(attempt.trial, []).append(attempt)
+    accounts = []
+    for chain in trials.values():
+        chain.sort(key=lambda attempt: attempt.description["CreationTime"])
+        resumed_from, since = 0, None
+        for index, attempt in enumerate(chain):
+            description = attempt.description
+            accounts.append(
+                attempt_account(
+                    description,
+                    attempt.metrics,
+                    resumed_from=resumed_from,
+                    retrained=index < len(chain) - 1,
+                    waiting_since=since or attempt.waiting_since,
+                    now=now,
+                )
+            )
+            resumed_from = progress_at_end(attempt.metrics, resumed_from)[1]
+            since = description.get("TrainingEndTime") or description.get("LastModifiedTime")
+    return total(accounts)
+
+
+@dataclass(frozen=True)
 class RunView:
     name: str
     execution_arn: str
@@ -109,6 +152,7 @@ class RunView:
     cause: str
     trials: list[TrialView] = field(default_factory=list)
     waiting: str = ""  # why it has no job yet while Create retries: the account's quota, or SageMaker's capacity
+    account: dict[str, int] = field(default_factory=dict)  # its time so far (run_account, trainstack.goodput)
 
     @property
     def billable_seconds(self) -> int:
@@ -121,7 +165,8 @@ class RunView:
 
     def to_json(self) -> dict[str, Any]:
         trials = [{**asdict(trial), "steps_lost": trial.steps_lost} for trial in self.trials]
-        return {**asdict(self), "trials": trials, "billable_seconds": self.billable_seconds, "cost_usd": self.cost_usd}
+        totals = {"billable_seconds": self.billable_seconds, "cost_usd": self.cost_usd, "goodput": report(self.account)}
+        return {**asdict(self), "trials": trials, **totals}
 
 
 @dataclass(frozen=True)
@@ -227,7 +272,12 @@ def queued_trial_view(
     once dispatched, its training job as `trial_view` reads it; until then, the service job alone."""
     queue = service_job_view(service_job, front, now)
     parsed = JobName.parse(queue.job_name)
-    named = {"trial": trial_index(queue.job_name), "job_name": queue.job_name, "attempt": parsed.attempt if parsed else 0}
+    named = {
+        "trial": trial_index(queue.job_name),
+        "job_name": queue.job_name,
+        "attempt": parsed.attempt if parsed else 0,
+        "preemptions": (service_job.get("preemptionSummary") or {}).get("preemptedAttemptCount", 0),
+    }
     not_started = ended_in_queue(service_job, training["TrainingJobStatus"] if training else None)
     if training is not None and queue.status not in QUEUED and not not_started:  # a job Batch requeued waits again
         return replace(trial_view(training, now, metrics), **named, queue=queue)
@@ -292,8 +342,14 @@ def trial_view(description: dict[str, Any], now: datetime, metrics: dict[str, fl
     )
 
 
-def run_view(execution: dict[str, Any], history: list[dict[str, Any]], trials: list[TrialView], now: datetime) -> RunView:
-    """One run from DescribeExecution, its history and its trials."""
+def run_view(
+    execution: dict[str, Any],
+    history: list[dict[str, Any]],
+    trials: list[TrialView],
+    now: datetime,
+    account: dict[str, int] | None = None,
+) -> RunView:
+    """One run from DescribeExecution, its history, its trials and its account of time (run_account)."""
     started, stopped = execution["startDate"], execution.get("stopDate")
     return RunView(
         name=execution["name"],
@@ -306,6 +362,7 @@ def run_view(execution: dict[str, Any], history: list[dict[str, Any]], trials: l
         cause=execution.get("cause") or execution.get("error") or "",
         trials=sorted(trials, key=lambda t: (t.trial, t.started, t.job_name)),
         waiting=waiting_reason(history, execution["status"]),
+        account=account or total([]),
     )
 
 

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from trainstack.billing import cost_basis
 from trainstack.budgets import TeamMonth
+from trainstack.goodput import goodput, words
 from trainstack.run_report import job_links
 from trainstack.service_jobs import CAPACITY_UNIT, RUNNABLE
 from trainstack.workflow import NOT_STARTED
@@ -63,11 +64,12 @@ def runs_table(runs: list[RunView]) -> Table:
         "duration",
         "billable s",
         "est. cost",
+        "goodput",
         title="runs, newest first",
         caption=cost_basis(),
     )
     for run in runs:
-        trials = ", ".join(f"{t.status} ({queue_text(t.queue)})" if t.queue else t.status for t in run.trials) or "-"
+        trials = ", ".join(trial_text(t) for t in run.trials) or "-"
         table.add_row(
             run.name,
             _styled(run.status),
@@ -77,6 +79,7 @@ def runs_table(runs: list[RunView]) -> Table:
             duration(run.duration_seconds),
             str(run.billable_seconds),
             usd(run.cost_usd),
+            percent(goodput(run.account)),
         )
     return table
 
@@ -89,6 +92,23 @@ def team_runs_view(runs: list[RunView], month: TeamMonth) -> Group:
         f"{month.instance_hours:,.2f} instance-hours, est. {usd(month.cost_usd)}{unpriced}"
     )
     return Group(runs_table(runs), summary)
+
+
+def percent(share: float | None) -> str:
+    """A share in whole percent; "-" before anything was billed."""
+    return "-" if share is None else f"{share:.0%}"
+
+
+def trial_text(trial: TrialView) -> str:
+    """A trial in a few words: its status; for a queued job, where it stands in the team queue and how
+    often Batch preempted it."""
+    if not trial.queue:
+        return trial.status
+    return f"{trial.status} ({queue_text(trial.queue)}{preempted_text(trial)})"
+
+
+def preempted_text(trial: TrialView) -> str:
+    return f", preempted {trial.preemptions}x" if trial.preemptions else ""
 
 
 def queue_text(job: ServiceJobView) -> str:
@@ -111,7 +131,7 @@ def status_view(run: RunView) -> RenderableType:
     columns = ["trial", "attempt", "job", "status", *(["team queue"] if queued else []), "instances"]
     table = Table(*columns, "step", "loss", "tokens/s", "billable s", "est. cost so far")
     for trial in run.trials:
-        queue_cell = [queue_text(trial.queue) if trial.queue else "-"] if queued else []
+        queue_cell = [queue_text(trial.queue) + preempted_text(trial) if trial.queue else "-"] if queued else []
         table.add_row(
             str(trial.trial),
             str(trial.attempt),
@@ -132,6 +152,13 @@ def status_view(run: RunView) -> RenderableType:
             parts.append(Text(f"{trial.job_name}: service job {trial.queue.service_job_id}, training job {training}"))
         if trial.queue and trial.status == QUEUED_STATUS and trial.queue.reason:
             parts.append(Text(f"{trial.job_name}: waiting: {trial.queue.reason}", style="yellow"))
+        if trial.preemptions:
+            parts.append(
+                Text(
+                    f"{trial.job_name}: preempted {trial.preemptions}x by Batch: no failure and no restart spent; "
+                    "each time back in the queue, then resumed from its newest checkpoint"
+                )
+            )
         if trial.training_job_name:  # the training job's history: none while a job waits in the team queue
             history = Table("time", "secondary status", "message", title=f"{trial.job_name}: history", title_justify="left")
             for transition in trial.transitions:
@@ -153,6 +180,7 @@ def status_view(run: RunView) -> RenderableType:
             parts.append(Text(f"{trial.job_name}: MLflow {trial.mlflow}", style="dim"))
         if trial.mlflow_ui:
             parts.append(Text(f"{trial.job_name}: MLflow UI, signed in for 5 minutes: {trial.mlflow_ui}", style="dim"))
+    parts.append(Text(words(run.account)))
     parts.append(
         Text(
             f"billable {run.billable_seconds} instance-seconds, estimated cost so far {usd(run.cost_usd)} ({cost_basis()})",

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import quote
 
 from trainstack.api_model import member_metadata
+from trainstack.goodput import BILLED, WAITING, total
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
 from trainstack.restarts import restarts_by_kind
 from trainstack_contract.tracking import is_mlflow_app, resource_name
@@ -23,8 +24,20 @@ METRIC_DIMENSIONS = ("Prefix", "Status")
 RESTARTS_METRIC = "Restarts"
 STEPS_LOST_METRIC = "StepsLost"  # trained again after a restart: trained after the newest checkpoint
 LOST_STEPS_COST_METRIC = "LostStepsCostUSD"  # those steps' share of what their attempt billed
-KIND_DIMENSION = "FailureKind"  # infrastructure, unknown or restarts.SPOT_INTERRUPTION
+KIND_DIMENSION = "FailureKind"  # infrastructure, unknown, restarts.SPOT_INTERRUPTION or restarts.PREEMPTION
 RESTART_DIMENSIONS = ("Prefix", KIND_DIMENSION)
+# A trial's account of time (goodput.py), per stack only: each part of its billed instance-seconds,
+# and those it waited unbilled. Goodput is ProductiveInstanceSeconds over BilledInstanceSeconds.
+TIME_METRICS = {
+    BILLED: "BilledInstanceSeconds",
+    "productive": "ProductiveInstanceSeconds",
+    "retrained": "RetrainedInstanceSeconds",
+    "startup": "StartupInstanceSeconds",
+    "script": "ScriptOverheadInstanceSeconds",
+    "stops": "StoppingInstanceSeconds",
+    WAITING: "WaitingInstanceSeconds",
+}
+TIME_DIMENSIONS = ("Prefix",)
 
 _CONSOLES = {  # the console's host per partition
     "aws": "https://{region}.console.aws.amazon.com",
@@ -86,9 +99,15 @@ def mlflow_ui_call(description: dict[str, Any]) -> tuple[str, dict[str, Any]] | 
     }
 
 
+def trial_account(trial: dict[str, Any]) -> dict[str, int]:
+    """A trial's account of time: its attempts' (goodput.attempt_account, in each attempt's record)."""
+    return total([attempt["account"] for attempt in trial.get("attempts", []) if "account" in attempt])
+
+
 def metric_lines(trials: list[dict[str, Any]], prefix: str, timestamp_ms: int) -> list[str]:
     """Embedded-metric-format lines for each trial that reached SageMaker: one with a count by status
-    and the instance-seconds it was billed, and one per kind of failure its restarts followed
+    and the instance-seconds it was billed, one with its account of time (TIME_METRICS: what the
+    dashboard's goodput is read from), and one per kind of failure its restarts followed
     (restarts.restarts_by_kind) with their count and, where known, the steps they lost and what
     those cost."""
     lines = []
@@ -103,6 +122,10 @@ def metric_lines(trials: list[dict[str, Any]], prefix: str, timestamp_ms: int) -
                 {JOBS_METRIC: (1, "Count"), BILLABLE_METRIC: (billed, "Seconds")},
             )
         )
+        if any("account" in attempt for attempt in trial.get("attempts", [])):
+            account = trial_account(trial)
+            times = {TIME_METRICS[part]: (seconds, "Seconds") for part, seconds in account.items()}
+            lines.append(_document(timestamp_ms, dict(zip(TIME_DIMENSIONS, (prefix,), strict=True)), times))
         # A trial without restarts adds no line, not a zero: a zero would need a kind to be filed
         # under, and each metric that gets data is billed for that month; a Sum graph reads no data as none.
         for kind, restarts in restarts_by_kind(trial.get("attempts", [])).items():

@@ -76,8 +76,21 @@ def submit_arguments(request: dict[str, Any], queue_arn: str, share: str, priori
 
 def training_job_name(service_job: dict[str, Any]) -> str:
     """The training job of the service job's latest attempt; "" while none was created."""
-    resource = (service_job.get("latestAttempt") or {}).get("serviceResourceId") or {}
-    arn = resource.get("value", "")
+    return _training_job((service_job.get("latestAttempt") or {}).get("serviceResourceId"))
+
+
+def preempted_training_jobs(service_job: dict[str, Any]) -> list[tuple[str, str]]:
+    """The training jobs of the attempts Batch preempted, oldest first, each with the attempt's
+    statusReason: those DescribeServiceJob's `preemptionSummary` lists (a window of the most recent
+    ones; `preemptedAttemptCount` counts them all)."""
+    recent = (service_job.get("preemptionSummary") or {}).get("recentPreemptedAttempts") or []
+    attempts = sorted(recent, key=lambda attempt: attempt.get("startedAt") or 0)
+    found = [(_training_job(attempt.get("serviceResourceId")), attempt.get("statusReason", "")) for attempt in attempts]
+    return [(name, reason) for name, reason in found if name]
+
+
+def _training_job(resource: dict[str, Any] | None) -> str:
+    arn = (resource or {}).get("value", "")
     return arn.split(":training-job/", 1)[1] if ":training-job/" in arn else ""
 
 

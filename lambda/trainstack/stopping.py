@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainstack.errors import is_control_plane_error
 from trainstack.identity import TAG_EXECUTION, Run
 from trainstack.service_jobs import ACTIVE
 from trainstack_contract.job_names import training_job_name_prefix
@@ -36,13 +37,14 @@ def submitted_by(service_job: dict[str, Any], execution: str) -> str:
 
 def terminate(batch: Any, job_id: str, reason: str) -> bool:
     """TerminateServiceJob; False where Batch refused because the job had ended meanwhile (its own end,
-    or another stop). A refusal of a job still active is raised: it would run on for a stopped run."""
+    or another stop). A refusal of a job still active is raised: it would run on for a stopped run; so
+    is a failure on AWS's side (`is_control_plane_error`), which says nothing of the job: ask again."""
     from botocore.exceptions import ClientError  # on the call: Validate's cold start needs no botocore
 
     try:
         batch.terminate_service_job(jobId=job_id, reason=reason)
-    except ClientError:
-        if batch.describe_service_job(jobId=job_id)["status"] in ACTIVE:
+    except ClientError as error:
+        if is_control_plane_error(error) or batch.describe_service_job(jobId=job_id)["status"] in ACTIVE:
             raise
         return False
     return True

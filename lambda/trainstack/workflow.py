@@ -96,6 +96,11 @@ LAMBDA_SERVICE_ERRORS = (
 # failing for a while is no news of the job.
 LAMBDA_RETRY = RetryPolicy(LAMBDA_SERVICE_ERRORS, interval_seconds=2, max_attempts=6)
 WATCH_LAMBDA_RETRY = RetryPolicy(LAMBDA_SERVICE_ERRORS, interval_seconds=5, max_attempts=16, max_delay_seconds=300)
+# A call whose failure would lose an event, asked again inside the function while AWS fails on its
+# side (after botocore's own attempts): Notify's Publish, and each call of Stop, which EventBridge
+# invokes asynchronously (Lambda then retries it twice, a minute or more apart, before its dead-letter
+# queue: jobs left running meanwhile). 1, 2, 4, 8 s: 15 s of waits within the functions' 60 s.
+IN_FUNCTION_RETRY = RetryPolicy((ControlPlaneError.__name__,), interval_seconds=1, max_attempts=4)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,8 @@ def check_submission(params: dict[str, Any]) -> None:
     require(share is None or SHARE.fullmatch(share), f"shareIdentifier {share!r}: up to 255 letters and digits")
     require("quotaShareName" not in params, "quotaShareName: the job queue has no quota-share scheduling policy")
     require("timeoutConfig" not in params, "timeoutConfig is not emulated; the payload's StoppingCondition bounds the job")
+    retries = (params.get("preemptionConfiguration") or {}).get("preemptionRetriesBeforeTermination")
+    require(retries is None or retries >= 0, f"preemptionRetriesBeforeTermination must be 0 or more; got {retries}")
     _check_retry_strategy(params.get("retryStrategy"))
     check_tags(params.get("tags"))
     try:

@@ -30,6 +30,7 @@ BLOCKED_STATUS = {
 }
 TIME_LIMIT_TERMINATION = "Terminated by JobStateTimeLimit action due to reason: {reason}"
 CAPACITY_ERROR = "CapacityError"  # how a training job's FailureReason starts when SageMaker had no capacity
+PREEMPTED = "Preempted"  # how a preempted attempt's statusReason starts (Batch's wording is undocumented)
 # How long a job that failed for capacity waits before Batch dispatches it again (undocumented).
 CAPACITY_RETRY_SECONDS = 1.0
 
@@ -146,6 +147,8 @@ class BatchScheduler:
         if job.terminating is not None:
             attempt.end(now, job.terminating)
             self.state.finish(job, "FAILED", job.terminating, now, terminated=True)
+        elif job.preempting is not None:
+            self._preempted(job, attempt, now)
         elif failure_reason and failure_reason.startswith(CAPACITY_ERROR):
             attempt.end(now, f"Received status from SageMaker: {failure_reason}")
             attempt.used_capacity = attempt.counts = False
@@ -157,6 +160,20 @@ class BatchScheduler:
             reason = f"Received status from SageMaker: {failure_reason or 'Training job stopped'}"
             attempt.end(now, reason)
             self._retry_or_fail(job, reason, now)
+
+    def _preempted(self, job: ServiceJob, attempt: Attempt, now: float) -> None:
+        """Its training job stopped for a preemption: back to RUNNABLE, where the job resumes from its
+        checkpoints when dispatched again (its payload's CheckpointConfig), without using one of its
+        retryStrategy attempts; FAILED and terminated once its preemptionRetriesBeforeTermination are spent."""
+        reason, job.preempting = f"{PREEMPTED}: {job.preempting}", None
+        attempt.end(now, reason)
+        attempt.preempted, attempt.counts = True, False
+        if job.preemption_retries_spent():
+            retries = job.request["preemptionConfiguration"]["preemptionRetriesBeforeTermination"]
+            spent = f"{reason} (preemptionRetriesBeforeTermination {retries} spent)"
+            self.state.finish(job, "FAILED", spent, now, terminated=True)
+        else:
+            self.state.move(job, RUNNABLE, reason)
 
     def _retry_or_fail(self, job: ServiceJob, reason: str, now: float) -> None:
         if _retries(job, reason):
@@ -231,7 +248,7 @@ class BatchScheduler:
         else:
             with self.state.lock:
                 attempt.training_job_arn = arn
-                stop = job.terminating is not None
+                stop = job.terminating is not None or job.preempting is not None
             if stop:
                 self.sagemaker.stop(attempt.training_job_name)
 
@@ -240,6 +257,7 @@ class BatchScheduler:
         with self.state.lock:
             attempt.end(now, reason)
             attempt.used_capacity = False
+            job.preempting = None  # no training job ran: none to preempt
             if job.terminating is not None:
                 self.state.finish(job, "FAILED", job.terminating, now, terminated=True)
             else:

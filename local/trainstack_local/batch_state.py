@@ -14,6 +14,9 @@ from trainstack.service_jobs import CAPACITY_UNIT, RUNNABLE, SERVICE_JOB_TYPE
 from trainstack_local.event_feed import EventFeed
 
 EVENT_DETAIL_TYPE = "Batch Service Job State Change"
+# How many preempted attempts DescribeServiceJob's preemptionSummary lists: Batch keeps "a sliding
+# window of recent preemption attempts" and states no size (the twin's choice).
+RECENT_PREEMPTIONS = 5
 
 Publish = Callable[[dict[str, Any]], None]  # one PutEvents entry onto the default event bus
 FairsharePolicy = Callable[[str], dict[str, Any] | None]  # a scheduling policy's fairsharePolicy by ARN; None: no such policy
@@ -83,7 +86,8 @@ class Attempt:
     stopped_at: float | None = None
     status_reason: str | None = None
     used_capacity: bool = True  # False when SageMaker had none, or refused the request
-    counts: bool = True  # against retryStrategy.attempts: a capacity failure does not
+    counts: bool = True  # against retryStrategy.attempts: a capacity failure does not, nor a preemption
+    preempted: bool = False
 
     def detail(self) -> dict[str, Any]:
         detail: dict[str, Any] = {"serviceResourceId": {"name": "TrainingJobArn", "value": self.training_job_arn}}
@@ -119,6 +123,7 @@ class ServiceJob:
     stopped_at: float | None = None
     attempts: list[Attempt] = field(default_factory=list)
     terminating: str | None = None  # TerminateServiceJob's reason while the training job stops
+    preempting: str | None = None  # the preemption's reason while the training job stops
     blocked: str | None = None  # the time-limit reason while the job waits at the head
     blocked_since: float = 0.0
     retry_after: float = 0.0  # a capacity failure's wait before the next dispatch
@@ -132,6 +137,15 @@ class ServiceJob:
     @property
     def latest(self) -> Attempt | None:
         return self.attempts[-1] if self.attempts else None
+
+    @property
+    def preempted(self) -> list[Attempt]:
+        return [a for a in self.attempts if a.preempted]
+
+    def preemption_retries_spent(self) -> bool:
+        """Whether preemptionRetriesBeforeTermination are spent (unset: Batch requeues it for ever)."""
+        retries = (self.request.get("preemptionConfiguration") or {}).get("preemptionRetriesBeforeTermination")
+        return retries is not None and len(self.preempted) > retries
 
     def summary(self) -> dict[str, Any]:
         """ListServiceJobs' ServiceJobSummary."""
@@ -168,6 +182,12 @@ class ServiceJob:
         for key in ("retryStrategy", "preemptionConfiguration", "tags"):
             if key in self.request:
                 detail[key] = self.request[key]
+        if self.preempted:  # "appears on a service job when it has been preempted"
+            recent = self.preempted[-RECENT_PREEMPTIONS:]
+            detail["preemptionSummary"] = {
+                "preemptedAttemptCount": len(self.preempted),
+                "recentPreemptedAttempts": [a.detail() for a in recent],
+            }
         return detail
 
     def event_detail(self) -> dict[str, Any]:

@@ -30,6 +30,13 @@ What it does as Batch documents it (AWS Batch user guide, "Service jobs"; the bo
   the clock runs from the first dispatch that failed for capacity, so time in SCHEDULED counts;
 - TerminateServiceJob ends a queued job at once (no training job is ever created) and stops a
   dispatched one's training job through the twin, ending it FAILED and terminated once it has stopped;
+- a preemption (`preempt`: `trainstack local fault preempt`) stops a dispatched job's training job
+  and puts the job back to RUNNABLE once it has stopped, without using one of its retryStrategy
+  attempts; its next dispatch is a new training job with the same payload, so the same
+  CheckpointConfig, and resumes from its checkpoints; DescribeServiceJob then has a preemptionSummary
+  (preemptedAttemptCount, recentPreemptedAttempts); once preemptionRetriesBeforeTermination are
+  spent (0: at the first preemption) the job ends FAILED and terminated; unset, it is requeued
+  every time (Batch user guide, "Preemption"; ServiceJobPreemptionConfiguration);
 - each status change after submission emits "Batch Service Job State Change" (source aws.batch,
   detail: DescribeServiceJob's without tags and serviceRequestPayload) and a line of the event feed.
 
@@ -47,8 +54,14 @@ Where Batch leaves it open or the twin simplifies (stated in the README too):
   ClientException naming the job it repeats; the same token with another request is a new job;
 - a queue has one service environment; capacity is counted per environment, and queues sharing one
   are served in descending priority, each in its own order;
-- not emulated: quota shares and preemption, timeoutConfig (refused), Service Job Queue Blocked
-  events, TerminateServiceJobs, Delete/UpdateJobQueue and DeleteServiceEnvironment for these queues.
+- not emulated: quota management (quota-share scheduling policies, CreateQuotaShare, instance-type
+  capacity limits, quotaShareName, refused) and so Batch's own choice of a job to preempt: Batch
+  preempts only under quota management ("the only AWS Batch scheduling algorithm to incorporate
+  preemption"), so the twin's scheduler, like a fair-share or FIFO queue, never preempts; a
+  preemption is made on demand (`preempt`). The wording of a preempted attempt's statusReason
+  ("Preempted: ...") and the size of recentPreemptedAttempts' window (5) are the twin's: Batch
+  documents neither. timeoutConfig (refused), Service Job Queue Blocked events, TerminateServiceJobs,
+  Delete/UpdateJobQueue and DeleteServiceEnvironment for these queues are not emulated either.
   DescribeServiceJob leaves out startedAt until the training job starts, though the model marks it required.
 """
 
@@ -349,6 +362,23 @@ class BatchTwin(BatchState):
         if stop is not None:
             self.sagemaker.stop(stop)  # as StopTrainingJob does; the job ends FAILED once it has stopped
         return {}
+
+    def preempt(self, job_id: str, reason: str) -> str:
+        """Preempt a dispatched job, as Batch does for a RUNNABLE job of a quota-managed queue: its
+        training job is stopped (SIGTERM: the script saves a checkpoint), then the job is RUNNABLE
+        again, or FAILED once its preemptionRetriesBeforeTermination are spent (batch_scheduler.py).
+        The twin's scheduler never preempts by itself: only quota management does (see the module's
+        documentation). Returns the training job stopped ("" when CreateTrainingJob has not answered
+        yet: it is stopped once it does)."""
+        with self.lock:
+            job = self._job(job_id)
+            require(job.status in DISPATCHED, f"Service job {job.name} is {job.status}: only a dispatched job can be preempted")
+            require(job.terminating is None and job.preempting is None, f"Service job {job.name} is already being stopped")
+            job.preempting = reason
+            stop = job.latest.training_job_name if job.latest is not None and job.latest.training_job_arn else ""
+        if stop:
+            self.sagemaker.stop(stop)  # the job is requeued once its training job has stopped
+        return stop
 
     # -- lookups ------------------------------------------------------------------------------------
     def _environment(self, identifier: str) -> ServiceEnvironment:

@@ -16,8 +16,9 @@ duration of `moto_bridges()` only:
   (StopExecution: ABORTED; the interpreter's end: SUCCEEDED, FAILED, TIMED_OUT) that the stack's
   rule sends to the Stop function.
 - Faults: `ApiFaults.inject(service, action, code)` makes the next calls of one API action fail as
-  AWS reports that error (throttling, a 5xx, access denied, an SNS refusal), a number of times or for
-  a while, with the HTTP status AWS gives it, for the failure scenarios.
+  AWS reports that error (throttling, a 5xx, access denied, an SNS refusal), a number of times, for
+  a while or intermittently (`fail` of every `every` calls), with the HTTP status AWS gives it, for
+  the failure scenarios.
 - SageMaker: CreateTrainingJob refuses a duplicate name, an image missing from the region and a
   job past the account's quota (ResourceLimitExceeded, worded as SageMaker words it), as the real API
   does, keeps the request's Environment and MlflowConfig (moto drops both; Describe
@@ -95,11 +96,22 @@ class _Fault:
     times: int  # answers left (-1: no limit)
     until: float | None  # time.monotonic() past which it is gone (None: no limit)
     answered: int = 0
+    fail: int = 1  # of every `every` calls of the action, the first `fail` fail, the others are answered
+    every: int = 1
+    calls: int = 0  # calls of the action seen meanwhile
+
+    def fails_now(self) -> bool:
+        """Whether this call fails, by its place in the cycle of `every` calls."""
+        failing = self.calls % self.every < self.fail
+        self.calls += 1
+        return failing
 
 
 class ApiFaults:
     """Errors to answer instead of moto's result, per (service, action): a number of times (-1: always),
-    for a while (`seconds`), or both, whichever ends first. Actions are named as the API names them
+    for a while (`seconds`), or both, whichever ends first; intermittently with `fail` and `every`
+    (of every `every` calls of the action, the first `fail` fail: 1 of 3 is every third call failing,
+    3 of 4 outlasts botocore's three attempts of one call). Actions are named as the API names them
     (DescribeServiceJob); moto knows some by their REST path's spelling (describeservicejob)."""
 
     def __init__(self) -> None:
@@ -108,11 +120,22 @@ class ApiFaults:
         self._lock = threading.Lock()
 
     def inject(
-        self, service: str, action: str, code: str, message: str = "injected fault", times: int = -1, seconds: float | None = None
+        self,
+        service: str,
+        action: str,
+        code: str,
+        message: str = "injected fault",
+        times: int = -1,
+        seconds: float | None = None,
+        *,
+        fail: int = 1,
+        every: int = 1,
     ) -> None:
+        if not 1 <= fail <= every:
+            raise ValueError(f"fail {fail} of every {every} calls: fail must be from 1 to every")
         until = None if seconds is None else time.monotonic() + seconds
         with self._lock:
-            self._faults[(service, action.lower())] = _Fault(code, message, times, until)
+            self._faults[(service, action.lower())] = _Fault(code, message, times, until, fail=fail, every=every)
 
     def clear(self) -> None:
         with self._lock:
@@ -131,6 +154,8 @@ class ApiFaults:
                 return None
             if fault.until is not None and time.monotonic() > fault.until:
                 del self._faults[(service, action)]
+                return None
+            if not fault.fails_now():
                 return None
             if fault.times == 1:
                 del self._faults[(service, action)]

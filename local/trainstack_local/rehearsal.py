@@ -7,6 +7,10 @@ on AWS:
 - `spot JOB`: a spot reclaim of a training job (SIGTERM to each host's PID 1, SIGKILL after the
   grace, then the whole job again on fresh hosts from its checkpoints);
 - `capacity TYPE [--times N]`: the next jobs on the type fail for capacity;
+- `preempt JOB`: Batch preempts a job of the team queue (its service job's id or name, or a run,
+  whose dispatched service jobs are all preempted): its training job stopped (SIGTERM: a checkpoint),
+  the job back in the queue, then dispatched again as a new training job that resumes from the
+  checkpoints (batch_twin.py; on AWS only a quota-managed queue preempts);
 - `hang | nan | transport PREFIX --rank R --step S [--host algo-N] [--times N]`: the next jobs whose
   names start with PREFIX (a trial's: its restarts share it) hang, lose their loss to NaN, or fail
   their collectives at step S on rank R (the built-in script's fault hooks, honoured in the twin only);
@@ -18,12 +22,17 @@ header ACCESS_KEY_HEADER), and answers with one line saying what it did, or why 
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from trainstack.durations import parse_duration
+from trainstack.identity import Run
+from trainstack.service_jobs import DISPATCHED
+from trainstack.workflow import trigger_of
 from trainstack_contract import fault_hooks
 
 if TYPE_CHECKING:  # the CLI imports this module for its names alone, without the emulation
+    from trainstack_local.batch_state import ServiceJob
     from trainstack_local.emulator import LocalStack
     from trainstack_local.sagemaker_twin import SageMakerTwin
 
@@ -34,7 +43,9 @@ SCRIPT_FAULTS = {
     "nan": fault_hooks.INJECT_NAN,
     "transport": fault_hooks.INJECT_TRANSPORT_ERROR,
 }
-KINDS = ("api", "spot", "capacity", *SCRIPT_FAULTS, "clear")
+KINDS = ("api", "spot", "capacity", "preempt", *SCRIPT_FAULTS, "clear")
+# Why the rehearsal says Batch preempted a job (its statusReason follows "Preempted: ").
+PREEMPTION_REASON = "rehearsed: a job of another quota share needed its instances"
 
 
 class RehearsalError(ValueError):
@@ -69,6 +80,8 @@ def apply_fault(request: dict[str, Any], stack: LocalStack, twin: SageMakerTwin)
             raise RehearsalError(f"spot: {target} is no training job in progress; name one `trainstack status` shows")
         twin.interrupt(target)
         return f"{target}: spot capacity reclaimed; SageMaker starts it again from its checkpoints"
+    if kind == "preempt":
+        return _preempt(stack, target)
     if kind == "capacity":
         twin.refuse_capacity(target, times)
         return f"the next {'' if times < 0 else f'{times} '}jobs on {target} fail for capacity"
@@ -80,6 +93,48 @@ def apply_fault(request: dict[str, Any], stack: LocalStack, twin: SageMakerTwin)
             f" of {host}" if host else ""
         )
     raise RehearsalError(f"kind {kind!r}: one of {', '.join(KINDS)}")
+
+
+def _preempt(stack: LocalStack, target: str) -> str:
+    """Batch preempts the dispatched service jobs `target` names (see the module's documentation)."""
+    from trainstack_local.batch_api_checks import BatchClientError
+
+    if stack.batch is None or not stack.batch.queues:
+        raise RehearsalError("preempt: this stack has no team queue; serve a template synthesized with -c queue=true")
+    running = [job for job in _service_jobs(stack, target) if job.status in DISPATCHED]
+    if not running:
+        raise RehearsalError(
+            f"preempt: {target} names no job running through the team queue; name its run, job or service job "
+            "as `trainstack status` shows them once the job is dispatched"
+        )
+    try:
+        for job in running:
+            stack.batch.preempt(job.id, PREEMPTION_REASON)
+    except BatchClientError as error:  # it ended, or began stopping, meanwhile
+        raise RehearsalError(f"preempt: {error}") from None
+    names = ", ".join(job.name for job in running)
+    return f"{names}: preempted by Batch; back in the queue, it resumes from its checkpoints when dispatched again"
+
+
+def _service_jobs(stack: LocalStack, target: str) -> list[ServiceJob]:
+    """The service jobs `target` names: by id or name, else the run (execution) of that name's."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    assert stack.batch is not None
+    with stack.batch.lock:
+        jobs = list(stack.batch.jobs.values())
+    named = [job for job in jobs if target in (job.id, job.name)]
+    if named or not stack.state_machine_arn:
+        return named
+    execution_arn = stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{target}"
+    try:
+        execution = boto3.client("stepfunctions").describe_execution(executionArn=execution_arn)
+    except ClientError:
+        return []
+    trigger = trigger_of(json.loads(execution["input"]), target)
+    run, prefix = Run(trigger.lineage, trigger.resume), stack.context.name_prefix
+    return [job for job in jobs if run.made(job.name, prefix)]
 
 
 def _times(value: Any) -> int:

@@ -1,12 +1,14 @@
 """Failures rehearsed on the served twin with `trainstack local fault`, as a user would before they happen
 on AWS: the control plane failing for a while leaves a healthy job training to completion with no
-restart; a spot reclaim is SageMaker's to handle, and the job resumes from its checkpoints."""
+restart; a spot reclaim is SageMaker's to handle, and the job resumes from its checkpoints; a Batch
+preemption of a queued job is no failure and no restart, and the job resumes from its checkpoints."""
 
 from __future__ import annotations
 
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -96,3 +98,41 @@ def test_without_a_served_twin_a_fault_says_how_to_start_one(served):
     result = served.trainstack("local", "fault", "clear", AWS_ENDPOINT_URL="")
     assert result.returncode == EXIT_NO_STACK
     assert "run `trainstack local serve`" in result.stderr
+
+
+def test_a_preempted_queued_job_resumes_at_its_checkpoint_and_its_run_reports_one_preemption_and_no_failure(
+    queue_stack, tmp_path
+):
+    spec = yaml.safe_load(Path(spec_file(tmp_path, "preempted", 600)).read_text())
+    spec["hyperparameters"]["log_every"] = 10
+    spec["queue"] = {"share": "research"}
+    (tmp_path / "queued.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "twin").mkdir()
+    with serving(queue_stack.json, tmp_path / "twin") as served:
+        result = served.trainstack("submit", str(tmp_path / "queued.yaml"), "--inline", "--json")
+        assert result.returncode == 0, result.stderr
+        run = json.loads(result.stdout)["run"]
+        served.wait_until(run, lambda view: training(view) and view["trials"][0]["metrics"].get("train:step", 0) >= 40)
+        fault = served.trainstack("local", "fault", "preempt", run)
+        assert fault.returncode == 0, fault.stderr
+        assert fault.stdout.strip().endswith(
+            ": preempted by Batch; back in the queue, it resumes from its checkpoints when dispatched again"
+        )
+        ended = served.wait_until(run, lambda view: view["status"] != "RUNNING")
+        listed = served.trainstack("runs").stdout
+        shown = served.trainstack("status", run).stdout
+        (trial,) = ended["trials"]
+        service_job = served.aws_json("batch", "describe-service-job", "--job-id", trial["queue"]["service_job_id"])
+        (preempted,) = service_job["preemptionSummary"]["recentPreemptedAttempts"]
+        first = preempted["serviceResourceId"]["value"].split("/", 1)[1]
+        metrics = served.aws_json("sagemaker", "describe-training-job", "--training-job-name", first)["FinalMetricDataList"]
+        checkpoint = int(next(m["Value"] for m in metrics if m["MetricName"] == "train:checkpoint_step"))
+        log = served.trainstack("logs", run).stdout
+
+    assert ended["status"] == "SUCCEEDED"
+    assert (trial["status"], trial["attempt"], trial["failure"], trial["preemptions"]) == ("Completed", 0, "", 1)
+    assert trial["training_job_name"] != first  # Batch dispatched it again as a new training job ...
+    assert checkpoint >= 40 and f"at step {checkpoint}, example position" in log  # ... which resumed at the checkpoint
+    assert "Completed (SUCCEEDED, share research, priority 0, preempted 1x)" in " ".join(listed.split())
+    assert f"{trial['job_name']}: preempted 1x by Batch: no failure and no restart spent" in " ".join(shown.split())
+    assert 0 < ended["goodput"]["goodput"] < 1 and "goodput " in shown

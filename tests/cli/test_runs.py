@@ -16,7 +16,17 @@ from trainstack import facts
 from trainstack.identity import Run
 from trainstack.run_report import mlflow_ui_call
 from trainstack_cli.run_reading import mlflow_ui_link
-from trainstack_cli.runs import RunView, latest_metrics, position, run_identity, run_view, trial_index, trial_view
+from trainstack_cli.runs import (
+    Attempted,
+    RunView,
+    latest_metrics,
+    position,
+    run_account,
+    run_identity,
+    run_view,
+    trial_index,
+    trial_view,
+)
 from trainstack_cli.stack import EXIT_BAD_INPUT, EXIT_NO_STACK, CliError, aws_errors, find_stack
 from trainstack_cli.views import console, runs_table, status_view
 from trainstack_contract.metric_lines import metric_definitions
@@ -217,6 +227,21 @@ def test_off_a_terminal_the_runs_table_prints_every_value_whole(tmp_path):
     printed = (tmp_path / "out.txt").read_text()
     assert long_name in printed and "WaitForJob" in printed and "…" not in printed
     assert "est. cost" in printed and "estimate: billable seconds x" in printed  # a cost is said to be an estimate
+
+
+def test_runs_and_status_show_the_goodput_so_far_of_a_job_still_training():
+    # 30 minutes on 4 instances, of which 600 steps of 2 s stepped: 20 of the 30 minutes were productive
+    running = job(CreationTime=NOW - timedelta(minutes=31))
+    account = run_account([Attempted(0, running, {"train:step": 600, "train:step_time": 2.0})], NOW)
+    execution = {"name": "r", "executionArn": "arn:aws:states:us-east-1:1:execution:m:r", "status": "RUNNING", "startDate": NOW}
+    run = run_view(execution, [], [trial_view(running, NOW)], NOW, account)
+    listed, shown = io.StringIO(), io.StringIO()
+    console(listed).print(runs_table([run]))
+    console(shown).print(status_view(run))
+    assert (account["billed"], account["productive"], account["waiting"]) == (7200, 4800, 240)
+    assert run.to_json()["goodput"]["goodput"] == pytest.approx(2 / 3, abs=1e-4)
+    assert "goodput" in listed.getvalue() and "67%" in listed.getvalue()
+    assert "goodput 67% of 7,200 billed instance-seconds" in " ".join(shown.getvalue().split())
 
 
 def test_every_command_and_option_of_the_cli_says_what_it_does():

@@ -195,7 +195,7 @@ def test_describe_reports_a_queued_job_in_progress_with_its_state_share_and_prio
     stubbed["batch"].add_response("describe_service_job", _service_job("RUNNABLE"), {"jobId": "job-1"})
     result = describe.handler({"job_name": "trainstack-x", "service_job_id": "job-1", "poll_seconds": 60})
     assert (result["status"], result["secondary_status"]) == ("InProgress", "Queued (RUNNABLE)")
-    assert result["queue"] == {"status": "RUNNABLE", "share": "prod", "priority": 9000}
+    assert result["queue"] == {"status": "RUNNABLE", "share": "prod", "priority": 9000, "preemptions": 0}
     assert result["training_job_name"] == "" and result["service_job_id"] == "job-1"
 
 

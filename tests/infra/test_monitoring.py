@@ -149,3 +149,35 @@ def test_the_per_host_graphs_find_the_jobs_batch_creates_from_the_team_queue(que
 
 def test_without_the_queue_the_per_host_graphs_search_the_stacks_own_jobs(default_stack):
     assert _host_search_terms(default_stack) == ["trainstack"]
+
+
+def _widget_metrics(stack, title: str) -> list[list]:
+    """The metric and expression entries of the dashboard's widget with this title."""
+    (widget,) = [w for w in json.loads(_dashboard_text(stack))["widgets"] if w["properties"].get("title") == title]
+    return widget["properties"]["metrics"]
+
+
+def test_the_dashboard_graphs_goodput_and_the_billed_hours_by_use_from_the_time_account_notify_prints(default_stack):
+    attempt = {"decision": "", "kind": "", "steps_lost": 0, "lost_usd": 0.0, "spot_interruptions": 0, "account": {
+        "billed": 100, "productive": 60, "retrained": 10, "startup": 10, "script": 15, "stops": 5, "waiting": 30,
+    }}  # fmt: skip
+    _, line = run_report.metric_lines([{"job_name": "j", "status": "Completed", "attempts": [attempt]}], "trainstack", 0)
+    (declared,) = json.loads(line)["_aws"]["CloudWatchMetrics"]
+    (dimensions,) = declared["Dimensions"]
+    read = [
+        entry[:4]
+        for title in (
+            "Goodput: productive step time / billed instance time (%)",
+            "Billed instance-hours by use, and hours waited unbilled",
+        )
+        for entry in _widget_metrics(default_stack, title)
+        if isinstance(entry[0], str)
+    ]
+    assert dimensions == ["Prefix"]
+    assert all([declared["Namespace"], metric["Name"], "Prefix", "trainstack"] in read for metric in declared["Metrics"])
+    (goodput,) = [
+        e[0]
+        for e in _widget_metrics(default_stack, "Goodput: productive step time / billed instance time (%)")
+        if "expression" in e[0]
+    ]
+    assert goodput["expression"] == "100 * productive / billed"

@@ -29,6 +29,7 @@ from tests.synth import synthesize
 from trainstack import images
 from trainstack.polling import poll_until
 from trainstack_local.account_twin import TwinAccount
+from trainstack_local.batch_api_checks import BatchClientError
 from trainstack_local.batch_twin import BatchTwin
 from trainstack_local.bridges import ApiFaults, moto_bridges
 from trainstack_local.emulator import ACCOUNT, LOCAL_ENVIRONMENT, REGION, local_aws, training_files
@@ -510,3 +511,79 @@ def _empty_zip() -> bytes:
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("README", "the handler runs in-process\n")
     return buffer.getvalue()
+
+
+# A job that resumes: its first run waits to be stopped and saves a "checkpoint" when it is (SIGTERM);
+# a run that finds the checkpoint its CheckpointConfig restored completes at once.
+RESUMABLE = (
+    "if [ -f /opt/ml/checkpoints/saved ]; then exit 0; fi; trap 'touch /opt/ml/checkpoints/saved; exit 0' TERM; sleep 120 & wait"
+)
+PREEMPTION = "a job of quota share prod needed its instances"
+
+
+def _resumable(aws: BatchAws, name: str) -> str:
+    request = json.loads(_payload(aws, RESUMABLE))
+    request["CheckpointConfig"] = {"S3Uri": f"s3://{OUTPUT_BUCKET}/checkpoints/{name}/"}
+    return json.dumps(request)
+
+
+def _training_job(attempt: dict[str, Any]) -> str:
+    return attempt["serviceResourceId"]["value"].split("/", 1)[1]
+
+
+@pytest.mark.slow
+def test_a_preempted_job_goes_back_to_the_queue_and_its_next_training_job_resumes_from_the_checkpoints(aws):
+    queue = _queue(aws)
+    job_id = _submit(aws, queue, "preempted", _resumable(aws, "preempted"), retryStrategy={"attempts": 1})
+    _enable(aws, queue)
+    first = _training_job(_wait(aws, job_id, "RUNNING")["latestAttempt"])
+
+    assert aws.batch.preempt(job_id, PREEMPTION) == first
+    job = _wait(aws, job_id, "SUCCEEDED", "FAILED")
+
+    assert f"service job preempted: RUNNABLE: Preempted: {PREEMPTION}" in aws.feed  # back in the queue, not failed
+    assert job["status"] == "SUCCEEDED"  # its one retryStrategy attempt is not spent by the preemption
+    (preempted,) = job["preemptionSummary"]["recentPreemptedAttempts"]
+    assert job["preemptionSummary"]["preemptedAttemptCount"] == 1
+    assert (_training_job(preempted), preempted["statusReason"]) == (first, f"Preempted: {PREEMPTION}")
+    second = _training_job(job["latestAttempt"])
+    assert second != first and [_training_job(a) for a in job["attempts"]] == [first, second]
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    assert sagemaker.describe_training_job(TrainingJobName=first)["TrainingJobStatus"] == "Stopped"
+    assert sagemaker.describe_training_job(TrainingJobName=second)["TrainingJobStatus"] == "Completed"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_job_is_terminated_once_its_preemption_retries_are_spent(aws, retries):
+    queue = _queue(aws)
+    payload = _payload(aws, "trap 'exit 0' TERM; sleep 120 & wait")
+    job_id = _submit(aws, queue, "preempted", payload, preemptionConfiguration={"preemptionRetriesBeforeTermination": retries})
+    _enable(aws, queue)
+    for preemption in range(retries + 1):
+        dispatched = preemption + 1
+        poll_until(
+            lambda: _describe(aws, job_id), lambda job, n=dispatched: job["status"] == "RUNNING" and len(job["attempts"]) == n,
+            timeout=60, what=f"dispatch {dispatched}",
+        )  # fmt: skip
+        aws.batch.preempt(job_id, PREEMPTION)
+    job = _wait(aws, job_id, "SUCCEEDED", "FAILED")
+    assert (job["status"], job["isTerminated"]) == ("FAILED", True)
+    assert job["statusReason"] == f"Preempted: {PREEMPTION} (preemptionRetriesBeforeTermination {retries} spent)"
+    assert job["preemptionSummary"]["preemptedAttemptCount"] == len(job["attempts"]) == retries + 1
+
+
+def test_only_a_dispatched_job_can_be_preempted(aws):
+    queue = _queue(aws)
+    job_id = _submit(aws, queue, "waiting")
+    _wait(aws, job_id, "RUNNABLE")
+    with pytest.raises(BatchClientError, match="is RUNNABLE: only a dispatched job can be preempted"):
+        aws.batch.preempt(job_id, PREEMPTION)
+    assert "preemptionSummary" not in _describe(aws, job_id)
+
+
+def test_a_negative_preemption_retry_count_is_refused(aws):
+    queue = _queue(aws)
+    with pytest.raises(ClientError) as refused:
+        _submit(aws, queue, "refused", preemptionConfiguration={"preemptionRetriesBeforeTermination": -1})
+    assert _refusal(refused)[2] == "preemptionRetriesBeforeTermination must be 0 or more; got -1"

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from trainstack.errors import ControlPlaneError, is_control_plane_error
 from trainstack.stack_context import StackContext
-from trainstack.workflow import FIRST_POLL_SECONDS, MAX_POLL_SECONDS
+from trainstack.workflow import FIRST_POLL_SECONDS, IN_FUNCTION_RETRY, MAX_POLL_SECONDS
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,22 @@ def control_plane_retried(subject: str) -> Iterator[None]:
         if not is_control_plane_error(error):
             raise
         raise ControlPlaneError(f"{subject}: {_reason(error)}") from None
+
+
+def asked_again(subject: str, call: Callable[[], T]) -> T:
+    """`call`, asked again after each of IN_FUNCTION_RETRY's waits while AWS fails on its side
+    (`is_control_plane_error`, past botocore's own attempts); then ControlPlaneError naming `subject`.
+    For a call whose failure would lose an event; local mode shortens the waits with its poll interval."""
+    scale = environment().first_poll_seconds / FIRST_POLL_SECONDS
+    for wait in IN_FUNCTION_RETRY.waits():
+        try:
+            with control_plane_retried(subject):
+                return call()
+        except ControlPlaneError as error:
+            print(f"{error}; asking again in {wait * scale:g} s", flush=True)
+            time.sleep(wait * scale)
+    with control_plane_retried(subject):  # the last try: its error is the caller's
+        return call()
 
 
 def _reason(error: BaseException) -> str:

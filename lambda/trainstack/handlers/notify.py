@@ -1,12 +1,15 @@
 """Notify: one SNS message per run with what a person acts on (the run's status and reason; each
 trial's status, failure reason, final metrics, duration, billable seconds, cost, model URI, and the
 account of its attempts (restarts, their reasons, the steps each resumed from and lost); links to
-the execution, each job and its logs), and the run's overall outcome for the state machine's final
-Choice. Each ended job, and each trial's restarts by cause with the steps and cost they lost, are
-also counted on the stack's dashboard (run_report.metric_lines).
+the execution, each job and its logs; Batch's preemptions of its queued jobs, which are no
+failures and spend no restart), each trial's and the run's goodput so far with where the rest of the
+billed time went (goodput.py), and the run's overall outcome for the state machine's final Choice.
+Each ended job, each trial's account of time, and each trial's restarts by cause with the steps and
+cost they lost, are also counted on the stack's dashboard (run_report.metric_lines).
 
-The outcome never depends on the message: a Publish that fails is logged and reported beside the
-outcome (`notified: false`), so an SNS problem cannot replace the run's real reason.
+The outcome never depends on the message: a Publish that SNS refuses, or that keeps failing on AWS's
+side after being asked again (environment.asked_again), is logged and reported beside the outcome
+(`notified: false`), so an SNS problem cannot replace the run's real reason.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from trainstack.billing import cost_basis
-from trainstack.errors import SpecInvalidError
-from trainstack.handlers.environment import client, environment
-from trainstack.restarts import RESTART, decided, total_usd
-from trainstack.run_report import execution_link, job_links, metric_lines
+from trainstack.errors import ControlPlaneError, SpecInvalidError
+from trainstack.goodput import report, total
+from trainstack.handlers.environment import asked_again, client, environment
+from trainstack.restarts import PREEMPTED, RESTART, decided, total_usd
+from trainstack.run_report import execution_link, job_links, metric_lines, trial_account
 from trainstack.workflow import COMPLETED, FAILED, NOT_STARTED, REJECTED, UNWATCHED, notification_subject
 
 log = logging.getLogger("trainstack")
@@ -42,16 +46,18 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
                 trial["links"] = job_links(execution, training_job)
     outcome["cost_usd"] = total_usd([t["cost_usd"] for t in outcome["trials"] if "cost_usd" in t])
     outcome["cost_basis"] = cost_basis()
+    outcome["goodput"] = report(total([trial_account(t) for t in outcome["trials"]]))
     for line in metric_lines(outcome["trials"], environment().stack.name_prefix, int(time.time() * 1000)):
         print(line, flush=True)  # Lambda's log delivery extracts the metrics
     notified = True
+    message = {
+        "TopicArn": environment().topic_arn,
+        "Subject": notification_subject(outcome["status"], outcome["reason"]),
+        "Message": json.dumps(outcome, indent=1),
+    }
     try:
-        client("sns").publish(
-            TopicArn=environment().topic_arn,
-            Subject=notification_subject(outcome["status"], outcome["reason"]),
-            Message=json.dumps(outcome, indent=1),
-        )
-    except (BotoCoreError, ClientError) as error:
+        asked_again("SNS Publish", lambda: client("sns").publish(**message))
+    except (BotoCoreError, ClientError, ControlPlaneError) as error:
         log.error("notification for a %s run not sent: %s", outcome["status"], error)
         notified = False
     return {"status": outcome["status"], "reason": outcome["reason"][:REASON_MAX], "notified": notified}
@@ -94,16 +100,25 @@ def _trial(result: dict[str, Any]) -> dict[str, Any]:
         # every attempt: why it ended, whose failure, restart or not, the step resumed from, steps lost
         "attempts": attempts,
         "restarts": decided(attempts, RESTART),
+        # Batch's preemptions of its queued job: the attempts it preempted, and one still running counted by Batch
+        "preemptions": max(decided(attempts, PREEMPTED), result.get("queue", {}).get("preemptions", 0)),
         "steps_lost": sum(attempt["steps_lost"] for attempt in attempts),
+        "goodput": report(trial_account(result)),
     }
 
 
 def _reason_across(attempts: list[dict[str, Any]]) -> str:
-    """A restarted trial's reason names every attempt's end, oldest first (the last decided the outcome)."""
+    """A restarted or preempted trial's reason names every attempt's end, oldest first (the last
+    decided the outcome)."""
     return "; ".join(
-        f"attempt {number} ({attempt['kind'] or 'no'} failure, {attempt['cause'] or attempt['status']}): {attempt['reason']}"
-        for number, attempt in enumerate(attempts, start=1)
+        f"attempt {number} ({_ended(attempt)}): {attempt['reason']}" for number, attempt in enumerate(attempts, start=1)
     )
+
+
+def _ended(attempt: dict[str, Any]) -> str:
+    if attempt["decision"].startswith(PREEMPTED):
+        return "preempted by Batch, no failure"
+    return f"{attempt['kind'] or 'no'} failure, {attempt['cause'] or attempt['status']}"
 
 
 def _reason(error: dict[str, Any]) -> str:

@@ -1,0 +1,110 @@
+"""The calls whose failure would lose an event are asked again while AWS fails on its side: Notify's
+Publish (the run's notification), and every call of Stop (invoked asynchronously by EventBridge: a
+failed invocation leaves the run's jobs billed until Lambda's own retries or its dead-letter queue).
+Asserted with botocore's Stubber on the exact calls (each stubbed error is one answer: Stubber takes
+botocore's own retries out); the twin runs them under intermittent failures end to end
+(tests/local/test_queue_end_to_end.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.core.stubbed import ENVIRONMENT, stubbed_clients
+from tests.core.test_queue_handlers import ENVIRONMENT as QUEUE_ENVIRONMENT
+from tests.core.test_queue_handlers import _service_job, _summary
+from trainstack.errors import ControlPlaneError
+from trainstack.handlers import notify, stop
+from trainstack.identity import Run
+from trainstack.workflow import IN_FUNCTION_RETRY
+
+TRIES = len(IN_FUNCTION_RETRY.waits()) + 1  # each wait, then the last try
+EVENT_INPUT = {"detail": {"bucket": {"name": "b"}, "object": {"key": "jobs/x.yaml", "version-id": "v1"}}}
+DIGEST = Run("s3://b/jobs/x.yaml#v1").digest
+
+
+# Local mode's poll interval, which shortens the waits between tries (1, 2, 4, 8 s become 1/60 of that).
+SHORT_WAITS = {"FIRST_POLL_SECONDS": "1"}
+
+
+@pytest.fixture
+def stubbed(monkeypatch):
+    with stubbed_clients(monkeypatch, {**ENVIRONMENT, **SHORT_WAITS}, ("sagemaker", "sns")) as stubbers:
+        yield stubbers
+
+
+@pytest.fixture
+def queued(monkeypatch):
+    """A stack with the team queue."""
+    with stubbed_clients(monkeypatch, {**QUEUE_ENVIRONMENT, **SHORT_WAITS}, ("sagemaker", "batch")) as stubbers:
+        yield stubbers
+
+
+def _unavailable(stubber, operation: str, times: int) -> None:
+    for _ in range(times):
+        stubber.add_client_error(operation, service_error_code="ServiceUnavailable", http_status_code=503)
+
+
+def _stop() -> dict:
+    return stop.handler({"detail": {"input": json.dumps(EVENT_INPUT), "name": "exec-1", "status": "ABORTED"}})
+
+
+def _in_progress(*names: str) -> dict:
+    arn = "arn:aws:sagemaker:us-east-1:1:training-job/{}"
+    jobs = [
+        {"TrainingJobName": n, "TrainingJobArn": arn.format(n), "CreationTime": "2026-01-01", "TrainingJobStatus": "InProgress"}
+        for n in names
+    ]
+    return {"TrainingJobSummaries": jobs}
+
+
+def test_notify_publishes_once_sns_answers_again(stubbed):
+    _unavailable(stubbed["sns"], "publish", TRIES - 1)
+    stubbed["sns"].add_response("publish", {"MessageId": "1"})
+    results = [{"job_name": "j", "status": "Completed", "failure_reason": ""}]
+    assert notify.handler({"results": results}) == {"status": "Completed", "reason": "all trials completed", "notified": True}
+
+
+def test_notify_reports_the_runs_outcome_unnotified_when_sns_fails_past_every_try(stubbed):
+    _unavailable(stubbed["sns"], "publish", TRIES)
+    results = [{"job_name": "j", "status": "Completed", "failure_reason": ""}]
+    assert notify.handler({"results": results})["notified"] is False
+
+
+def test_stop_asks_again_for_the_runs_jobs_and_stops_them(stubbed):
+    name = f"trainstack-x-{DIGEST}"
+    _unavailable(stubbed["sagemaker"], "list_training_jobs", 2)
+    stubbed["sagemaker"].add_response("list_training_jobs", _in_progress(name))
+    _unavailable(stubbed["sagemaker"], "list_tags", 1)
+    stubbed["sagemaker"].add_response("list_tags", {"Tags": [{"Key": "trainstack:execution", "Value": "exec-1"}]})
+    _unavailable(stubbed["sagemaker"], "stop_training_job", 3)
+    stubbed["sagemaker"].add_response("stop_training_job", {}, {"TrainingJobName": name})
+    assert _stop()["stopped"] == [name]
+
+
+def test_a_job_whose_calls_keep_failing_leaves_stop_to_stop_the_others_then_fail_for_lambda_to_deliver_it_again(stubbed):
+    stuck, other = f"trainstack-x-{DIGEST}", f"trainstack-x-{DIGEST}-a1"
+    stubbed["sagemaker"].add_response("list_training_jobs", _in_progress(stuck, other))
+    _unavailable(stubbed["sagemaker"], "list_tags", TRIES)
+    stubbed["sagemaker"].add_response("list_tags", {"Tags": [{"Key": "trainstack:execution", "Value": "exec-1"}]})
+    stubbed["sagemaker"].add_response("stop_training_job", {}, {"TrainingJobName": other})
+    with pytest.raises(ControlPlaneError) as failed:
+        _stop()
+    assert f"ListTags {stuck}: ServiceUnavailable" in str(failed.value) and f"stopped ['{other}']" in str(failed.value)
+
+
+def test_stop_asks_again_for_the_runs_service_jobs_and_terminates_them(queued):
+    stubbed = queued
+    name = f"trainstack-x-{DIGEST}"
+    stubbed["sagemaker"].add_response("list_training_jobs", _in_progress())
+    _unavailable(stubbed["batch"], "list_service_jobs", 1)
+    stubbed["batch"].add_response("list_service_jobs", {"jobSummaryList": [_summary(name, "job-1", "RUNNING")]})
+    _unavailable(stubbed["batch"], "describe_service_job", 1)  # the listing is read again from the start
+    stubbed["batch"].add_response("list_service_jobs", {"jobSummaryList": [_summary(name, "job-1", "RUNNING")]})
+    stubbed["batch"].add_response(
+        "describe_service_job", _service_job("RUNNING", jobName=name, tags={"trainstack:execution": "exec-1"})
+    )
+    _unavailable(stubbed["batch"], "terminate_service_job", 2)
+    stubbed["batch"].add_response("terminate_service_job", {}, {"jobId": "job-1", "reason": "exec-1 ABORTED"})
+    assert _stop()["stopped"] == [name]
