@@ -115,11 +115,12 @@ class NotPlannableError(ValueError):
 
 def builtin_config(spec: JobSpec, strategy: str, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """The built-in script's config exactly as it will parse it in the container: hyperparameters as
-    the toolkit passes them (SM_HPS), the strategy trainstack sets, and the channels' distributions
-    (SM_INPUT_DATA_CONFIG). Raises the script's own ConfigError."""
+    the toolkit passes them (SM_HPS), the strategy trainstack sets, the channels' distributions
+    (SM_INPUT_DATA_CONFIG) and the hosts (SM_HOSTS). Raises the script's own ConfigError."""
     hyperparameters = {**spec.script_hyperparameters, **(overrides or {}), "strategy": strategy}
     channels = {name: {"S3DistributionType": channel.distribution} for name, channel in spec.inputs.items()}
-    environ = {"SM_HPS": json.dumps(hyperparameters), "SM_INPUT_DATA_CONFIG": json.dumps(channels)}
+    hosts = [f"algo-{index + 1}" for index in range(spec.instance_count)]
+    environ = {"SM_HPS": json.dumps(hyperparameters), "SM_INPUT_DATA_CONFIG": json.dumps(channels), "SM_HOSTS": json.dumps(hosts)}
     if "train" in spec.inputs:
         environ["SM_CHANNEL_TRAIN"] = "/opt/ml/input/data/train"
     return parse_config([], environ)
