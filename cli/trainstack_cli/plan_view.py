@@ -83,6 +83,8 @@ def _option_table(option: dict[str, Any]) -> Table:
     )
     if "checkpoint" in option:
         table.add_row("checkpoint", _checkpoint_line(option["checkpoint"]))
+    if "goodput" in option:
+        table.add_row("goodput", _goodput_line(option["goodput"]))
     for warning in option.get("warnings", []):
         table.add_row("[yellow]warning[/]", warning)
     if "suggestion" in option:
@@ -102,6 +104,32 @@ def _checkpoint_line(checkpoint: dict[str, Any]) -> str:
     if checkpoint["exceeds_sigterm_grace"]:
         return line  # the option's warning says what follows
     return f"{line}: within SageMaker's {checkpoint['sigterm_grace_seconds']} s SIGTERM grace"
+
+
+def _goodput_line(goodput: dict[str, Any]) -> str:
+    restart = goodput["restart_seconds"]
+    parts = ", ".join(f"{name.replace('_', ' ')} {restart[name]:,.0f}" for name in restart if name != "total")
+    interval = goodput["checkpoint_interval_seconds"]
+    cadence = f"checkpoints {goodput['checkpoint_cadence']}" + (
+        f" ({interval:,.0f} s of training apart)" if interval else " (the interval follows the save time the job measures)"
+    )
+    line = f"{goodput['effective_training_fraction']:.1%} of the run trains"
+    if goodput["upper_bound"]:
+        line = f"at most {line} (the save time is unknown, counted as nothing)"
+    failures = goodput["expected_failures"]
+    line += f"; MTTF {goodput['mttf_hours']:,.1f} h ({goodput['mttf_source']})"
+    if failures is not None:
+        line += f", {failures:,.2f} failures expected over the run"
+    line += (
+        f"; each loses {goodput['work_lost_per_failure_seconds']:,.0f} s of work since the last checkpoint and "
+        f"{restart['total']:,.0f} s to restart ({parts}); {cadence}"
+    )
+    if goodput["extra_usd"] is not None:
+        line += (
+            f"; failures and saves add {_usd(goodput['extra_usd'])} to the expected cost "
+            "(the worst case already bills every job a restart may create)"
+        )
+    return line
 
 
 def _usd(value: float | None) -> str:

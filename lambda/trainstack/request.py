@@ -16,6 +16,7 @@ from trainstack.identity import Trial
 from trainstack.instances import CATALOG, efa_environment
 from trainstack.launchers import launcher_hyperparameters
 from trainstack.layout import MODELS_PREFIX, TENSORBOARD_PREFIX, team_folder
+from trainstack.planner.goodput import cadence_hyperparameters
 from trainstack.spec import PROJECT_IMAGE, STACK_TRACKING_SERVER, JobSpec
 from trainstack.stack_context import StackContext
 from trainstack_contract.job_names import TRAINING_JOB_NAME_PATTERN
@@ -32,8 +33,9 @@ CODE_CHANNEL = "code"
 # built-in script's settings and the toolkit's sagemaker_* entries (script_mode_hyperparameters), and
 # SMP v2's launcher entries (launchers.py; no other distribution the rules pass gets more than these
 # four). The rules keep room for all of them under the API's limit (rules/api_limits.py). The health
-# block's two entries need none: only the built-in script takes them, and it refuses any hyperparameter
-# it does not know, so its jobs stay far below the limit.
+# block's two entries and checkpoint_every auto's two (mttf, planned_save_seconds) need none: only the
+# built-in script takes them, and it refuses any hyperparameter it does not know, so its jobs stay far
+# below the limit.
 TRAINSTACK_HYPERPARAMETERS = (
     "strategy",
     "checkpoint_dir",
@@ -95,7 +97,9 @@ def script_mode_hyperparameters(
     source = spec.source_dir or stack.source_s3_uri
     # With network isolation the code arrives as a channel; a channel keeps each object's base name.
     submit = f"{INPUT_DATA_ROOT}/{CODE_CHANNEL}/{source.rsplit('/', 1)[-1]}" if spec.network_isolation else source
-    values: dict[str, Any] = {**spec.script_hyperparameters, **overrides, "strategy": resolution.strategy}
+    # `checkpoint_every: auto` is told the job's MTTF and the plan's save time; the spec's own values win.
+    cadence = cadence_hyperparameters(spec, resolution.strategy, resolution.smp_parameters, overrides)
+    values: dict[str, Any] = {**cadence, **spec.script_hyperparameters, **overrides, "strategy": resolution.strategy}
     if spec.checkpoints:
         values["checkpoint_dir"] = CHECKPOINT_LOCAL_PATH
     if spec.tensorboard:

@@ -224,6 +224,11 @@ class JobSpec(_Strict):
     max_runtime: int = Field(default=86400, description="duration, e.g. 24h")
     retry_attempts: int = Field(default=0, ge=0, le=30, description="SageMaker retries (InternalServerError only)")
     restarts: Restarts = Field(default_factory=Restarts)
+    mttf: int | None = Field(
+        default=None,
+        description="duration, e.g. 72h: the job's mean time to failure, for the built-in script's checkpoint_every "
+        "auto and the plan's goodput; default: the published per-GPU failure rate over the job's GPUs (trainstack plan)",
+    )
     infra_check: bool | None = Field(
         default=None,
         description="SageMaker's check of instance hardware and cluster network before training (InfraCheckConfig); "
@@ -253,9 +258,16 @@ class JobSpec(_Strict):
     )
     force: bool = Field(default=False, description="launch even when the plan says it does not fit or is over budget")
 
-    _durations = field_validator("warm_pool", "max_runtime", "max_pending", mode="before")(
+    _durations = field_validator("warm_pool", "max_runtime", "max_pending", "mttf", mode="before")(
         lambda cls, v: None if v is None else parse_duration(v)
     )
+
+    @field_validator("mttf")
+    @classmethod
+    def _positive_mttf(cls, value: int | None) -> int | None:
+        if value is not None and value <= 0:
+            raise ValueError("a mean time to failure is a positive duration, e.g. 72h")
+        return value
 
     @field_validator("framework_version", mode="before")
     @classmethod

@@ -3,15 +3,22 @@ and every capacity option planned. Pure: no AWS, no torch."""
 
 from __future__ import annotations
 
+import io
+import math
+
 import pytest
+from rich.console import Console
 
 from tests.core.specs import DDP, FSDP, PROJECT_IMAGE
 from trainstack.instances import CATALOG
+from trainstack.planner.cost import STARTUP_SECONDS
 from trainstack.planner.speed import FSDP2_HOST_SECONDS_PER_LAYER, MFU_CEILING
 from trainstack.preflight import preflight
 from trainstack.rules import SpecRejectedError
 from trainstack.spec import Restarts, parse_spec
 from trainstack.workflow import CAPACITY_RETRIES
+from trainstack_cli.plan_view import show
+from trainstack_contract.checkpoint_cadence import checkpoint_interval_seconds, job_mttf_seconds
 
 RESTARTS = Restarts().max  # the default restarts per trial
 
@@ -236,3 +243,76 @@ def test_fsdp2_steps_take_at_least_its_host_work_per_layer():
     hyperparameters = {**FSDP["hyperparameters"], "model": "gpt-125m", "micro_batch_size": 1}
     (option,) = plan_of(spec(**{**FSDP, "instance_count": 1, "hyperparameters": hyperparameters})).options
     assert option.speed.compute_seconds == pytest.approx(12 * FSDP2_HOST_SECONDS_PER_LAYER)  # 12 layers
+
+
+# Goodput (planner/goodput.py): a gp2 type, whose checkpoint write time the plan knows.
+LONG_RUN = {"model": "gpt-350m", "max_steps": 200_000, "precision": "fp16"}
+
+
+def gp2_plan(**changes):
+    return plan_of(spec(**{"instance_type": "ml.p3.16xlarge", "instance_count": 4, "hyperparameters": LONG_RUN, **changes}))
+
+
+def test_each_option_states_its_goodput_from_the_published_failure_rate_over_its_gpus():
+    plan = gp2_plan()
+    (option,) = plan.options
+    planned, save = option.goodput, option.checkpoint.seconds
+    assert planned.mttf_seconds == job_mttf_seconds(32) and not planned.mttf_from_spec
+    training = LONG_RUN["max_steps"] * option.speed.step_seconds
+    assert planned.expected_failures == pytest.approx(training / planned.mttf_seconds, rel=0.05)
+    report = plan.to_json()["options"][0]["goodput"]
+    assert (report["checkpoint_cadence"], report["upper_bound"], report["save_seconds"]) == ("auto", False, round(save, 1))
+    assert report["checkpoint_interval_seconds"] == pytest.approx(
+        checkpoint_interval_seconds(save, planned.mttf_seconds), abs=0.1
+    )
+    assert report["restart_seconds"]["checkpoint_load"] == round(save, 1)  # the write time as the read time
+    assert 0.95 < report["effective_training_fraction"] < 1
+    # what the failures and saves bill: saves, work trained again, each restart's start-up and load
+    lost_billed = planned.goodput.saving + planned.goodput.retraining
+    billed = lost_billed * training + planned.expected_failures * (STARTUP_SECONDS + save)
+    assert report["extra_usd"] == pytest.approx(option.cost.hourly * billed / 3600, abs=0.01)
+
+
+def test_on_local_nvme_the_save_time_is_unknown_and_the_fraction_is_the_most_the_job_can_reach():
+    report = plan_of(spec()).to_json()["options"][0]["goodput"]  # 2 x ml.p4d.24xlarge
+    assert (report["save_seconds"], report["checkpoint_interval_seconds"], report["upper_bound"]) == (None, None, True)
+    restart_only = 1 / (1 + report["restart_seconds"]["total"] / (report["mttf_hours"] * 3600))
+    assert report["effective_training_fraction"] == pytest.approx(restart_only, abs=1e-4)
+
+
+def test_the_specs_mttf_replaces_the_published_rate_and_the_fixed_steps_set_the_interval():
+    (option,) = gp2_plan(mttf="12h", hyperparameters={**LONG_RUN, "checkpoint_every": 500}).options
+    assert (option.goodput.mttf_seconds, option.goodput.mttf_from_spec) == (12 * 3600, True)
+    assert option.goodput.cadence == "every 500 steps"
+    assert option.goodput.goodput.interval_seconds == pytest.approx(500 * option.speed.step_seconds)
+
+
+def test_more_failures_expected_than_restarts_allowed_is_a_warning_naming_restarts_max():
+    (option,) = gp2_plan(mttf="6h").options
+    failures = option.goodput.expected_failures
+    assert RESTARTS < failures < 20
+    (warning,) = [w for w in option.warnings if "restarts.max" in w]
+    assert f"more than restarts.max ({RESTARTS})" in warning
+    assert warning.endswith(f"raise restarts.max to {math.ceil(failures + 3 * math.sqrt(failures))}")
+    (quiet,) = gp2_plan(mttf="6h", restarts={"max": 20}).options
+    assert not [w for w in quiet.warnings if "restarts.max" in w]
+    (beyond,) = gp2_plan(mttf="1h").options
+    assert "restarts.max can be at most 20: run it in parts" in next(w for w in beyond.warnings if "restarts.max" in w)
+
+
+def test_one_node_checkpoints_every_50_steps_and_your_own_script_is_planned_at_autos_interval():
+    (single,) = gp2_plan(instance_count=1).options
+    assert single.goodput.cadence == "every 50 steps"
+    (own,) = plan_of(llama_13b(instance_type="ml.p3.16xlarge", model={**LLAMA_13B, "precision": "fp16"})).options
+    assert own.goodput.cadence == "auto's, as if your script checkpointed at it"
+
+
+def test_trainstack_plan_shows_the_goodput_and_its_restart_by_part():
+    out = io.StringIO()
+    show(gp2_plan(mttf="12h"), "job.yaml", Console(file=out, width=600))
+    report = gp2_plan(mttf="12h").to_json()["options"][0]["goodput"]
+    line = next(line for line in out.getvalue().splitlines() if "goodput" in line)
+    assert f"{report['effective_training_fraction']:.1%} of the run trains; MTTF 12.0 h (spec)" in line
+    assert f"{report['expected_failures']:,.2f} failures expected over the run" in line
+    assert f"detection {report['restart_seconds']['detection']:,.0f}, backoff" in line
+    assert f"failures and saves add ${report['extra_usd']:,.2f} to the expected cost" in line

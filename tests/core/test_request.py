@@ -12,7 +12,9 @@ from tests.core.specs import DDP, SMP, SPECS, STACK
 from trainstack.identity import Run
 from trainstack.request import TRAINSTACK_HYPERPARAMETERS, InvalidRequestError, build_request, validate_request
 from trainstack.rules import SpecRejectedError, check_or_raise
+from trainstack.rules.api_limits import limits
 from trainstack.spec import parse_spec
+from trainstack_contract.config import TrainConfig
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -38,7 +40,19 @@ def test_request_passes_botocores_create_training_job_model(strategy):
 def test_the_rules_keep_room_for_every_hyperparameter_the_builder_adds(strategy):
     spec = parse_spec({**SPECS[strategy], "checkpoints": True, "tensorboard": True})
     added = set(build(strategy, spec.model_dump(mode="json"))["HyperParameters"]) - set(spec.script_hyperparameters)
-    assert len(added) <= len(TRAINSTACK_HYPERPARAMETERS), sorted(added)
+    # checkpoint_every auto's two go only to the built-in script, whose jobs need no room (the test below)
+    assert len(added - {"mttf", "planned_save_seconds"}) <= len(TRAINSTACK_HYPERPARAMETERS), sorted(added)
+
+
+@pytest.mark.parametrize("strategy", sorted(SPECS))
+def test_a_builtin_script_job_is_within_the_limit_whatever_the_builder_adds(strategy):
+    """The script refuses a hyperparameter it does not know: its job carries its config's fields and the
+    toolkit's sagemaker_* entries, fewer than the API takes."""
+    names = set(build(strategy)["HyperParameters"])
+    config_fields = {field.name for field in dataclasses.fields(TrainConfig)}
+    assert {"mttf"} <= names and all(name.startswith("sagemaker_") for name in names - config_fields), sorted(names)
+    assert len(names - config_fields) <= len(TRAINSTACK_HYPERPARAMETERS)
+    assert len(config_fields) + len(TRAINSTACK_HYPERPARAMETERS) <= limits().hyperparameters
 
 
 def test_validator_catches_what_botocore_does_not():

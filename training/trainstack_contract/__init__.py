@@ -11,5 +11,6 @@ CLI and the local twin. What it holds is what both sides must agree on:
 - runtime_requirements: what the script needs of an image's software (Validate checks images);
 - metric_lines: the log line format the script prints and the regexes SageMaker reads it with;
 - job_names: the training job name format and its one parser;
-- fault_hooks: the test-only hooks' variables (the twin sets them, Validate refuses them in a spec).
+- fault_hooks: the test-only hooks' variables (the twin sets them, Validate refuses them in a spec);
+- checkpoint_cadence: the failure rate and the checkpoint interval (`checkpoint_every: auto`, the plan's goodput).
 """

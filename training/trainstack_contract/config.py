@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from trainstack_contract.checkpoint_cadence import AUTO
 from trainstack_contract.health_rules import RuleSetting, parse_health
 from trainstack_contract.model_sizes import HF_PREFIX, MODEL_NAMES, is_hf_model, is_known_model
 
@@ -68,7 +69,14 @@ class TrainConfig:
     reduce_every_micro_step: bool = False
     # SMP v2: the JSON the SageMaker SDK passes as the `mp_parameters` hyperparameter
     mp_parameters: str = "{}"
-    checkpoint_every: int = 50
+    # Steps between checkpoints, or "auto": the interval that loses least to saves and failures
+    # (trainstack_contract/checkpoint_cadence.py), from `mttf` and the save time the job measures.
+    # parse_config's default: auto on several hosts, 50 steps on one.
+    checkpoint_every: int | str = 50
+    # For auto: the job's mean time to failure in seconds (0: its GPUs at the published per-GPU rate),
+    # and the plan's estimate of one save until the job has timed its own (0: none, an early save times it).
+    mttf: float = 0.0
+    planned_save_seconds: float = 0.0
     # Seconds of wall clock between checkpoints as well (0: steps only): a failure then loses at most
     # this much training whatever the step time; rank 0's clock decides, every rank saves at one step.
     checkpoint_interval: float = 0.0
@@ -103,9 +111,17 @@ class TrainConfig:
             )
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("data_distribution", self.data_distribution, DATA_DISTRIBUTIONS)
-        for name in ("max_steps", "micro_batch_size", "grad_accum", "log_every", "checkpoint_every", "keep_checkpoints"):
+        for name in ("max_steps", "micro_batch_size", "grad_accum", "log_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"hyperparameter '{name}' = {getattr(self, name)}: must be at least 1")
+        if self.checkpoint_every != AUTO and not (isinstance(self.checkpoint_every, int) and self.checkpoint_every >= 1):
+            raise ConfigError(
+                f"hyperparameter 'checkpoint_every' = {self.checkpoint_every!r}: steps (at least 1), or {AUTO} for the "
+                "interval that loses least to saves and failures"
+            )
+        for name in ("mttf", "planned_save_seconds"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"hyperparameter '{name}' = {getattr(self, name)}: seconds, or 0 to leave it to the job")
         if self.checkpoint_interval < 0:
             raise ConfigError(
                 f"hyperparameter 'checkpoint_interval' = {self.checkpoint_interval}: seconds, or 0 to checkpoint by steps only"
@@ -183,6 +199,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) 
         raw[_canonical(name)] = value if isinstance(value, str) else json.dumps(value)
     raw.update(_arguments(argv))
     raw.setdefault("strategy", default_strategy(environ))
+    raw.setdefault("checkpoint_every", AUTO if host_count(environ) > 1 else "50")
     raw.setdefault("data_distribution", channel_distribution(raw.get("data_dir", environ.get("SM_CHANNEL_TRAIN", "")), environ))
     known = {f.name: f for f in fields(TrainConfig)}
     values: dict[str, typing.Any] = {}
@@ -211,6 +228,15 @@ def default_strategy(environ: Mapping[str, str]) -> str:
     if framework.get("sagemaker_distributed_dataparallel_enabled") in (True, "true"):
         return "smddp"
     return "ddp"
+
+
+def host_count(environ: Mapping[str, str]) -> int:
+    """The job's hosts: the toolkit's `SM_HOSTS`, else `resourceconfig.json`; one without either."""
+    text = environ.get("SM_HOSTS")
+    if text is None:
+        path = Path(environ.get("SM_INPUT_CONFIG_DIR", "/opt/ml/input/config")) / "resourceconfig.json"
+        text = json.dumps(json.loads(path.read_text()).get("hosts", [])) if path.is_file() else "[]"
+    return max(1, len(json.loads(text)))
 
 
 def channel_distribution(data_dir: str, environ: Mapping[str, str]) -> str:
@@ -258,6 +284,11 @@ def _arguments(argv: Sequence[str]) -> dict[str, str]:
 
 
 def _coerce(name: str, text: str, annotation: str) -> typing.Any:
+    if annotation == "int | str":  # a count, or a word the config checks (checkpoint_every's auto)
+        try:
+            return _coerce(name, text, "int")
+        except ConfigError:
+            return text.strip()
     # A field's type is its annotation's text here (`from __future__ import annotations`), so an optional
     # one reads "bool | None": left as text, "false" was a truthy string (fused_adamw false ran fused).
     kind = {"int": int, "float": float, "bool": bool, "str": str}.get(annotation.removesuffix(" | None"), annotation)

@@ -230,7 +230,7 @@ class Checkpointer:
         barrier(self.context, group)
         self.last_save_seconds, self.last_saved_step = time.monotonic() - started, step
         if self.context.is_main:
-            log.info("saved step_%08d in %.1f s", step, self.last_save_seconds)
+            log.info("saved step_%08d in %.3f s", step, self.last_save_seconds)
             print_line(checkpoint_line(step))  # from the writer thread too
 
     def _step_dirs(self) -> list[tuple[int, Path]]:

@@ -28,6 +28,7 @@ from trainstack_contract.model_sizes import GPT_SIZES, is_hf_model, is_language_
 from trainstack_contract.runtime_requirements import ASYNC_CHECKPOINT, meets, unmet_by_torch
 from trainstack_contract.sigterm import SIGTERM_GRACE_SECONDS
 from trainstack_training import distributed
+from trainstack_training.cadence import AutoCadence, FixedCadence, checkpoint_cadence
 from trainstack_training.checkpoint import Checkpointer, DataPosition, Progress, TrainingState, export_model
 from trainstack_training.data.images import ImageSet
 from trainstack_training.data.sampler import EpochShuffle, ShardPlan, micro_batch_indices
@@ -163,6 +164,7 @@ class Trainer:
     scaler: torch.amp.GradScaler | None
     data: Batches
     checkpoint: Checkpointing
+    cadence: FixedCadence | AutoCadence  # which steps save
     stop: StopRequest
     vote: distributed.StopVote
     throughput: Throughput
@@ -212,8 +214,12 @@ class Trainer:
             # A time-based save asked for before a save the loop then made anyway is served by it (every
             # rank knows both steps: the answer comes `lag` steps after the question).
             due_by_time = agreed.save and self.saved_at_step < step - self.vote.lag
-            if step % self.config.checkpoint_every == 0 or step == self.config.max_steps or due_by_time:
-                self.save_checkpoint(wait=step == self.config.max_steps)  # the last one precedes the export
+            due_by_steps = self.cadence.due(step)  # on every rank at every step: auto's decisions are collectives
+            last = step == self.config.max_steps
+            if due_by_steps or last or due_by_time:
+                self.save_checkpoint(wait=last or self.cadence.times_next_save)  # the last one precedes the export
+                if not last:
+                    self.cadence.saved(step)
         self.export()
         return "completed"
 
@@ -469,6 +475,7 @@ def build_trainer(config: TrainConfig, context: distributed.DistContext, watchdo
         scaler=scaler,
         data=Batches(dataset, plan, EpochShuffle(len(dataset), config.seed)),
         checkpoint=checkpoint,
+        cadence=checkpoint_cadence(config, context, checkpointer, watchdog, start_step=progress.step),
         stop=StopRequest().install(),
         vote=distributed.StopVote(context),
         # before the throughput clock starts: opening the run is a few requests to the server

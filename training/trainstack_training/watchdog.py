@@ -274,6 +274,10 @@ class Watchdog:
         self._last_progress = now
         self.reached(Point.AFTER_STEP, step)
 
+    def median_step_seconds(self) -> float | None:
+        """This rank's median of its recent step intervals (saves not counted); None before WARMUP_STEPS."""
+        return statistics.median(self._intervals) if len(self._intervals) >= WARMUP_STEPS else None
+
     @contextlib.contextmanager
     def slow_phase(self) -> Iterator[None]:
         """A checkpoint save or the final export: it writes the whole state, as a resume reads it, so

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
+
+from annotated_types import Le
 
 from trainstack.facts import Instance
 from trainstack.instances import CATALOG
@@ -25,14 +28,17 @@ from trainstack.planner.checkpoint import (
     checkpoint_write,
 )
 from trainstack.planner.cost import Cost, run_cost
+from trainstack.planner.goodput import PlannedGoodput, plan_goodput
 from trainstack.planner.memory import GIB, MemoryBreakdown, checkpoint_bytes, memory_per_gpu
 from trainstack.planner.parallelism import Layout, layout_of
 from trainstack.planner.speed import PRECISION_PEAK, Speed, speed
 from trainstack.planner.workload import NotPlannableError, Workload, workload_of
-from trainstack.spec import JobSpec
+from trainstack.spec import JobSpec, Restarts
 from trainstack.workflow import trials
+from trainstack_contract.checkpoint_cadence import GPU_HOURS_BETWEEN_FAILURES
 
 MAX_SUGGESTED_NODES = 64
+RESTARTS_LIMIT = next(rule.le for rule in Restarts.model_fields["max"].metadata if isinstance(rule, Le))
 
 
 @dataclass(frozen=True)
@@ -65,12 +71,31 @@ class OptionPlan:
     checkpoint: CheckpointWrite | None = None
     account: str = ""  # the account's quota for it and what is in use (rules/account.py); "" where not read
     account_warnings: tuple[str, ...] = ()
+    goodput: PlannedGoodput | None = None
+    restarts_allowed: int = 0  # the spec's restarts.max, which the expected failures are held against
 
     @property
     def warnings(self) -> tuple[str, ...]:
         """What the plan warns of without refusing the job."""
-        warning = self.checkpoint.warning if self.checkpoint else None
-        return ((warning,) if warning else ()) + self.account_warnings
+        warnings = [self.checkpoint.warning if self.checkpoint else None, self._restarts_warning()]
+        return tuple(warning for warning in warnings if warning) + self.account_warnings
+
+    def _restarts_warning(self) -> str | None:
+        failures = self.goodput.expected_failures if self.goodput else None
+        if failures is None or failures <= self.restarts_allowed:
+            return None
+        # Failures come as a Poisson count: its mean plus three standard deviations is rarely exceeded.
+        enough = math.ceil(failures + 3 * math.sqrt(failures))
+        warning = (
+            f"{failures:.1f} failures are expected over the run, more than restarts.max ({self.restarts_allowed}): "
+            "the run likely fails before it ends; "
+        )
+        if enough <= RESTARTS_LIMIT:
+            return warning + f"raise restarts.max to {enough}"
+        return (
+            warning
+            + f"restarts.max can be at most {RESTARTS_LIMIT}: run it in parts that each resume from the last (trainstack resume)"
+        )
 
     @property
     def fits(self) -> bool:
@@ -161,7 +186,11 @@ def _plan_option(
     cost = run_cost(spec, instance, trial_count, run_seconds)
     suggestion = None if memory.fits else cheapest_change(spec, workload, layout, smp)
     checkpoint = checkpoint_write(workload, layout, spec.volume_size_gb)
-    return OptionPlan(instance.name, field, layout, memory, pace, efficiency, cost, suggestion, checkpoint=checkpoint)
+    goodput = None if pace is None else plan_goodput(spec, workload, layout, pace.step_seconds, checkpoint, run_seconds)
+    return OptionPlan(
+        instance.name, field, layout, memory, pace, efficiency, cost, suggestion,
+        checkpoint=checkpoint, goodput=goodput, restarts_allowed=spec.restarts.max,
+    )  # fmt: skip
 
 
 def cheapest_change(spec: JobSpec, workload: Workload, layout: Layout, smp: dict[str, Any]) -> Change | None:
@@ -312,6 +341,8 @@ def _option_json(option: OptionPlan) -> dict[str, Any]:
     }
     if option.checkpoint:
         result["checkpoint"] = _checkpoint_json(option.checkpoint)
+    if option.goodput:
+        result["goodput"] = _goodput_json(option.goodput, cost)
     if option.warnings:
         result["warnings"] = list(option.warnings)
     if option.suggestion:
@@ -336,6 +367,37 @@ def _checkpoint_json(write: CheckpointWrite) -> dict[str, Any]:
     if write.seconds is None:
         result["write_seconds_unknown"] = NVME_WRITE_TIME_UNKNOWN
     return result
+
+
+def _goodput_json(planned: PlannedGoodput, cost: Cost) -> dict[str, Any]:
+    restart = planned.restart
+    extra = planned.billed_extra_seconds
+    return {
+        "mttf_hours": round(planned.mttf_seconds / 3600, 2),
+        "mttf_source": "spec"
+        if planned.mttf_from_spec
+        else f"{GPU_HOURS_BETWEEN_FAILURES:,.0f} GPU-hours per failure / {planned.gpus} GPUs",
+        "checkpoint_cadence": planned.cadence,
+        # auto's interval follows the save time the job measures, where the plan knows none
+        "checkpoint_interval_seconds": round(planned.goodput.interval_seconds, 1) if planned.goodput.interval_seconds else None,
+        "save_seconds": None if planned.save_seconds is None else round(planned.save_seconds, 1),
+        "expected_failures": None if planned.expected_failures is None else round(planned.expected_failures, 3),
+        "work_lost_per_failure_seconds": round(planned.goodput.work_lost_per_failure, 1),
+        "restart_seconds": {
+            "detection": restart.detection,
+            "backoff": round(restart.backoff, 1),
+            "capacity_wait": restart.capacity_wait,
+            "start_up": restart.start_up,
+            "checkpoint_load": round(restart.checkpoint_load, 1),
+            "total": round(restart.seconds, 1),
+        },
+        "save_overhead_seconds": _round(planned.save_overhead_seconds),
+        "lost_seconds": _round(planned.lost_seconds),
+        "effective_training_fraction": round(planned.goodput.effective_fraction, 4),
+        # an unknown save time is counted as nothing: the fraction is then the most the job can reach
+        "upper_bound": planned.save_seconds is None,
+        "extra_usd": None if extra is None or cost.hourly is None else round(cost.hourly * extra / 3600 * cost.trials, 2),
+    }
 
 
 def _round(value: float | None) -> float | None:

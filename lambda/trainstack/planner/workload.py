@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainstack.spec import JobSpec, ModelShape
+from trainstack_contract.checkpoint_cadence import AUTO
 from trainstack_contract.config import TrainConfig, parse_config
 from trainstack_contract.model_sizes import GPT_SIZES, MLP_EXPANSION, is_hf_model
 
@@ -99,6 +100,10 @@ class Workload:
     # torch.compile of each block (the built-in script's `compile`): its graphs save fewer activations of
     # Llama-style layers. A user's own script is planned as not compiled (the larger count).
     compiled: bool = False
+    # The built-in script's checkpoint cadence: steps between checkpoints (None: `auto`, which a user's
+    # own script is planned as), and the seconds of wall clock that also end an interval (0: none).
+    checkpoint_every: int | None = None
+    checkpoint_interval_seconds: float = 0.0
 
     @property
     def parameters(self) -> int:
@@ -115,11 +120,12 @@ class NotPlannableError(ValueError):
 
 def builtin_config(spec: JobSpec, strategy: str, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """The built-in script's config exactly as it will parse it in the container: hyperparameters as
-    the toolkit passes them (SM_HPS), the strategy trainstack sets, and the channels' distributions
-    (SM_INPUT_DATA_CONFIG). Raises the script's own ConfigError."""
+    the toolkit passes them (SM_HPS), the strategy trainstack sets, the channels' distributions
+    (SM_INPUT_DATA_CONFIG) and the hosts (SM_HOSTS). Raises the script's own ConfigError."""
     hyperparameters = {**spec.script_hyperparameters, **(overrides or {}), "strategy": strategy}
     channels = {name: {"S3DistributionType": channel.distribution} for name, channel in spec.inputs.items()}
-    environ = {"SM_HPS": json.dumps(hyperparameters), "SM_INPUT_DATA_CONFIG": json.dumps(channels)}
+    hosts = [f"algo-{index + 1}" for index in range(spec.instance_count)]
+    environ = {"SM_HPS": json.dumps(hyperparameters), "SM_INPUT_DATA_CONFIG": json.dumps(channels), "SM_HOSTS": json.dumps(hosts)}
     if "train" in spec.inputs:
         environ["SM_CHANNEL_TRAIN"] = "/opt/ml/input/data/train"
     return parse_config([], environ)
@@ -225,6 +231,8 @@ def _builtin(config: TrainConfig, architecture: Architecture | None, context_len
         steps=config.max_steps,
         reduce_every_micro_step=config.reduce_every_micro_step,
         compiled=config.compile,
+        checkpoint_every=None if config.checkpoint_every == AUTO else config.checkpoint_every,
+        checkpoint_interval_seconds=config.checkpoint_interval,
     )
 
 
