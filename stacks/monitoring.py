@@ -28,6 +28,9 @@ from trainstack.run_report import (
     RESTARTS_METRIC,
     RUN_METRICS_NAMESPACE,
     STEPS_LOST_METRIC,
+    TEAM_COST_METRIC,
+    TEAM_DIMENSION,
+    TEAM_DIMENSIONS,
     TIME_DIMENSIONS,
     TIME_METRICS,
 )
@@ -140,6 +143,7 @@ class TrainingMonitoring(Construct):
                 ),
             ],
             self._goodput_widgets(hourly),
+            self._team_widgets(),
             [
                 cloudwatch.GraphWidget(
                     title="Restarts by cause",
@@ -167,6 +171,29 @@ class TrainingMonitoring(Construct):
             ],
         ]
         return cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{self.name_prefix}-training", widgets=widgets)
+
+    def _team_widgets(self) -> list[cloudwatch.IWidget]:
+        """Each team's billed instance-hours and estimated cost over the last 30 days, one bar per team
+        (from the line Notify prints per trial under the run's team). CloudWatch has no calendar month;
+        `trainstack runs --team` gives this month's."""
+        team_metric = f'{{{RUN_METRICS_NAMESPACE},{",".join(TEAM_DIMENSIONS)}}} Prefix="{self.name_prefix}"'
+        team = f"${{PROP('Dim.{TEAM_DIMENSION}')}}"
+        window = Duration.days(30)
+
+        def totals(title: str, metric: str, scale: float) -> cloudwatch.GraphWidget:
+            return cloudwatch.GraphWidget(
+                title=title,
+                left=[_search(f'{team_metric} MetricName="{metric}"', "Sum", window, scale=scale, label=team)],
+                view=cloudwatch.GraphWidgetView.BAR,
+                set_period_to_time_range=True,
+                start="-P30D",
+                width=12,
+            )
+
+        return [
+            totals("Billed instance-hours by team, last 30 days", BILLABLE_METRIC, 1 / 3600),
+            totals("Estimated cost (USD) by team, last 30 days", TEAM_COST_METRIC, 1.0),
+        ]
 
     def _goodput_widgets(self, period: Duration) -> list[cloudwatch.IWidget]:
         """Goodput (productive over billed instance-seconds, from the time-account line Notify prints

@@ -108,7 +108,11 @@ def build_state_machine(scope: Construct, props: StateMachineProps) -> sfn.State
         "Notify",
         functions["notify"],
         payload=sfn.TaskInput.from_object(
-            {"results": sfn.JsonPath.object_at("$.results"), "execution": sfn.JsonPath.execution_id}
+            {
+                "results": sfn.JsonPath.object_at("$.results"),
+                "execution": sfn.JsonPath.execution_id,
+                "team": sfn.JsonPath.string_at("$.team"),  # the dashboard's per-team figures
+            }
         ),
     )
     notify.add_catch(notify_failed, errors=["States.ALL"], result_path="$.notify_error")

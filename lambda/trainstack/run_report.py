@@ -38,6 +38,11 @@ TIME_METRICS = {
     WAITING: "WaitingInstanceSeconds",
 }
 TIME_DIMENSIONS = ("Prefix",)
+# What each team's jobs were billed, for the dashboard's per-team totals (the trainstack:team tag is what
+# Cost Explorer reads once activated; this is the stack's own figure, the catalog's on-demand price).
+TEAM_DIMENSION = "Team"
+TEAM_DIMENSIONS = ("Prefix", TEAM_DIMENSION)
+TEAM_COST_METRIC = "EstimatedCostUSD"
 
 _CONSOLES = {  # the console's host per partition
     "aws": "https://{region}.console.aws.amazon.com",
@@ -104,12 +109,13 @@ def trial_account(trial: dict[str, Any]) -> dict[str, int]:
     return total([attempt["account"] for attempt in trial.get("attempts", []) if "account" in attempt])
 
 
-def metric_lines(trials: list[dict[str, Any]], prefix: str, timestamp_ms: int) -> list[str]:
+def metric_lines(trials: list[dict[str, Any]], prefix: str, timestamp_ms: int, team: str = "") -> list[str]:
     """Embedded-metric-format lines for each trial that reached SageMaker: one with a count by status
     and the instance-seconds it was billed, one with its account of time (TIME_METRICS: what the
     dashboard's goodput is read from), and one per kind of failure its restarts followed
     (restarts.restarts_by_kind) with their count and, where known, the steps they lost and what
-    those cost."""
+    those cost; with the run's `team`, one with the instance-seconds billed and their estimated cost
+    under the team (an unknown cost is left out)."""
     lines = []
     for trial in trials:
         if not trial.get("job_name"):
@@ -122,6 +128,11 @@ def metric_lines(trials: list[dict[str, Any]], prefix: str, timestamp_ms: int) -
                 {JOBS_METRIC: (1, "Count"), BILLABLE_METRIC: (billed, "Seconds")},
             )
         )
+        if team:
+            billed_by_team = {BILLABLE_METRIC: (billed, "Seconds")}
+            if trial.get("cost_usd") is not None:
+                billed_by_team[TEAM_COST_METRIC] = (trial["cost_usd"], "None")  # CloudWatch has no currency unit
+            lines.append(_document(timestamp_ms, dict(zip(TEAM_DIMENSIONS, (prefix, team), strict=True)), billed_by_team))
         if any("account" in attempt for attempt in trial.get("attempts", [])):
             account = trial_account(trial)
             times = {TIME_METRICS[part]: (seconds, "Seconds") for part, seconds in account.items()}

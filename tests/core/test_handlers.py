@@ -347,6 +347,22 @@ def test_validate_launches_with_a_warning_where_the_quotas_may_not_be_read(stubb
     assert f"warning: {warning}" in capsys.readouterr().out  # in the function's log
 
 
+def test_notify_prints_what_the_runs_team_was_billed_under_the_team_for_the_dashboard(stubbed, capsys):
+    ended = {**_description("Completed"), "BillableTimeInSeconds": 1800}
+    stubbed["sagemaker"].add_response("describe_training_job", ended, {"TrainingJobName": "trainstack-x"})
+    trial = describe.handler({"job_name": "trainstack-x", "poll_seconds": 60})
+    stubbed["sns"].add_response("publish", {"MessageId": "1"})
+
+    notify.handler(
+        {"results": [trial], "execution": "arn:aws:states:eu-west-1:123456789012:execution:trainstack:run-1", "team": "research"}
+    )
+
+    (line,) = [json.loads(text) for text in capsys.readouterr().out.splitlines() if '"Team"' in text]
+    hourly = facts.instance("ml.p4d.24xlarge").price_per_hour
+    assert (line["Prefix"], line["Team"], line["BillableInstanceSeconds"]) == ("trainstack", "research", 2 * 1800)
+    assert line["EstimatedCostUSD"] == pytest.approx(hourly)
+
+
 def test_notify_sends_final_metrics_duration_billable_seconds_cost_and_links(stubbed, capsys):
     ended = {
         **_description("Completed"),

@@ -181,3 +181,24 @@ def test_the_dashboard_graphs_goodput_and_the_billed_hours_by_use_from_the_time_
         if "expression" in e[0]
     ]
     assert goodput["expression"] == "100 * productive / billed"
+
+
+def test_the_dashboard_totals_each_teams_billed_hours_and_cost_from_the_line_notify_prints_under_the_run_team(default_stack):
+    by_title = _expressions_by_title(default_stack)
+    trial = {"job_name": "j", "status": "Completed", "billable_seconds": 3600, "instance_count": 2, "cost_usd": 12.5}
+    _, line = run_report.metric_lines([trial], "trainstack", 0, team="research")
+    document = json.loads(line)
+
+    assert (document["Team"], document["BillableInstanceSeconds"], document["EstimatedCostUSD"]) == ("research", 7200, 12.5)
+    assert _finds_every_declared_metric(
+        by_title["Billed instance-hours by team, last 30 days"] + by_title["Estimated cost (USD) by team, last 30 days"], line
+    )
+    for title in ("Billed instance-hours by team, last 30 days", "Estimated cost (USD) by team, last 30 days"):
+        (widget,) = [w for w in json.loads(_dashboard_text(default_stack))["widgets"] if w["properties"].get("title") == title]
+        assert (widget["properties"]["view"], widget["properties"]["setPeriodToTimeRange"]) == ("bar", True)
+
+
+def test_a_run_without_a_team_prints_no_team_line():
+    lines = run_report.metric_lines([{"job_name": "j", "status": "Completed", "cost_usd": 1.0}], "trainstack", 0)
+
+    assert not any("Team" in json.loads(line) for line in lines)

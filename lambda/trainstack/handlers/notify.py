@@ -47,7 +47,8 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     outcome["cost_usd"] = total_usd([t["cost_usd"] for t in outcome["trials"] if "cost_usd" in t])
     outcome["cost_basis"] = cost_basis()
     outcome["goodput"] = report(total([trial_account(t) for t in outcome["trials"]]))
-    for line in metric_lines(outcome["trials"], environment().stack.name_prefix, int(time.time() * 1000)):
+    team = event.get("team", "")  # Validate's (a run it rejected has none)
+    for line in metric_lines(outcome["trials"], environment().stack.name_prefix, int(time.time() * 1000), team):
         print(line, flush=True)  # Lambda's log delivery extracts the metrics
     notified = True
     message = {
