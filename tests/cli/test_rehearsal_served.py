@@ -29,7 +29,7 @@ def spec_file(tmp_path, name: str, steps: int) -> str:
         "instance_type": "ml.g5.12xlarge",
         "strategy": "ddp",
         "hyperparameters": {"model": "gpt-tiny", "max_steps": steps, "log_every": 10, "checkpoint_every": 20},
-        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
+        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/default/sample/", "mode": "File"}},
         "max_runtime": "1h",
     }
     path = tmp_path / f"{name}.yaml"
