@@ -40,6 +40,11 @@ duration of `moto_bridges()` only:
   emits its state change events onto moto's default event bus. Scheduling policies and the other
   queue types stay moto's. The paths are added before the first request reaches `serve`'s app,
   which builds each service's URL map once.
+- S3 and IAM (`role_checked_s3`): a request signed with credentials STS issued for a role (a training
+  job's, as SageMaker and its containers use them) is decided by the role's policies (iam_twin.py) and
+  refused as S3 refuses it (AccessDenied; SignatureDoesNotMatch for a wrong secret); moto checks IAM
+  only with its whole access control on, for every caller. Requests with the twin's own keys are the
+  platform's and go on unchecked.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ import contextlib
 import copy
 import io
 import json
+import re
 import threading
 import time
 import traceback
@@ -57,17 +63,22 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 import boto3
 from botocore.exceptions import ClientError
 
 from trainstack.account import SERVICE_CODE, SPOT, TRAINING, quota_name
 from trainstack.service_jobs import SERVICE_LINKED_ROLE, SERVICE_LINKED_ROLE_SERVICE
+from trainstack_local import iam_twin
 from trainstack_local.account_twin import TwinAccount
 from trainstack_local.batch_twin import OPERATIONS, SERVICE_JOB_TYPE, BatchClientError, BatchTwin
 from trainstack_local.registry import ImageNotFoundError, RepositoryNotFoundError
 from trainstack_local.sagemaker_twin import SageMakerTwin
 from trainstack_local.tracking_api import TrackingServerApi, TrackingServerNotFoundError
+
+# The access key of a SigV4 request, from its Authorization header or a presigned URL's X-Amz-Credential.
+_SIGNED_BY = re.compile(r"Credential=([^/,\s]+)/")
 
 # One handler at a time: redirect_stdout is process-wide, so each function's log holds only its own
 # output, and each call starts from fresh clients and a fresh read of its environment.
@@ -570,3 +581,36 @@ def _function_environment(function: Any, region: str) -> Iterator[None]:
     use_client_factory(None)  # each call makes its clients anew: moto's backends are this process's
     with function_variables({**function.environment_vars, **runtime}):
         yield
+
+
+@contextmanager
+def role_checked_s3(account: str) -> Iterator[None]:
+    """S3 answers a request signed with a role's STS credentials only where the role's policies allow it
+    (iam_twin.py), checking its signature first as moto's access control does; any other request goes
+    on as moto answers it (the twin's own keys: the platform's, unchecked)."""
+    from moto.iam.access_control import S3IAMRequest
+    from moto.s3.exceptions import BucketAccessDeniedError, S3AccessDeniedError
+    from moto.s3.responses import S3Response
+
+    def checked(self: Any, bucket_name: str | None = None, key_name: str | None = None) -> None:
+        signed = self.headers.get("Authorization", "")
+        presigned = "Credential=" + (self.querystring.get("X-Amz-Credential") or [""])[0]
+        found = _SIGNED_BY.search(signed) or _SIGNED_BY.search(presigned)
+        role = iam_twin.assumed_role(account, found.group(1)) if found else None
+        if role is None:
+            return
+        if signed:  # as moto's access control checks it (a presigned URL's query signature goes unchecked)
+            query = urlparse(self.uri).query
+            path = f"{self.raw_path}?{query}" if query else self.raw_path
+            request = S3IAMRequest(account, self.method, path, self.data, self.raw_body, self.headers, self.data["Action"])
+            request.check_signature()
+        prefix = (self.querystring.get("prefix") or [None])[0]
+        action, resource, context = iam_twin.s3_request(self.data["Action"], bucket_name, key_name, prefix)
+        if not iam_twin.allows(iam_twin.role_policies(account, role), action, resource, context):
+            raise BucketAccessDeniedError(bucket=bucket_name) if bucket_name else S3AccessDeniedError()
+
+    S3Response._authenticate_and_authorize_s3_action = checked
+    try:
+        yield
+    finally:
+        del S3Response._authenticate_and_authorize_s3_action  # the inherited one again

@@ -9,6 +9,7 @@ from typing import Any
 
 import boto3
 
+from trainstack.layout import DATASETS_PREFIX, team_folder
 from trainstack.polling import poll_until
 from trainstack_local.emulator import REGION, TRAINING, LocalStack
 
@@ -25,10 +26,14 @@ class Run:
     cause: str
 
 
-def upload_sample_data(stack: LocalStack, prefix: str = "datasets/sample/") -> None:
+def upload_sample_data(stack: LocalStack, name: str = "sample") -> None:
+    """The sample token shards as the dataset `name` of each of the stack's teams (`datasets/<team>/<name>/`):
+    a team's jobs read only its own folder, so each team gets its own copy (the default job reads the
+    default team's, `datasets/default/sample/`)."""
     s3 = boto3.client("s3", region_name=REGION)
-    for shard in sorted(SAMPLE_TOKENS.glob("*.bin")):
-        s3.upload_file(str(shard), stack.trigger_bucket, f"{prefix}{shard.name}")
+    for team in stack.context.teams:
+        for shard in sorted(SAMPLE_TOKENS.glob("*.bin")):
+            s3.upload_file(str(shard), stack.trigger_bucket, f"{team_folder(DATASETS_PREFIX, team)}{name}/{shard.name}")
 
 
 def executions(stack: LocalStack) -> list[dict[str, Any]]:

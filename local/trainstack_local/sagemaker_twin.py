@@ -4,6 +4,10 @@ For each CreateTrainingJob the twin runs `InstanceCount` hosts (`algo-1` … `al
 each with its own `/opt/ml` tree (hyperparameters, resource and input-data config, channels) and
 its own checkpoint directory. What the twin does the way SageMaker does it:
 
+- the job's data moves with its execution role's credentials (STS AssumeRole, as SageMaker assumes
+  it), so S3 allows each download and upload only where the role's policies do (iam_twin.py); a
+  refusal fails the job with SageMaker's ClientError ("Data download failed:..."); the containers get
+  the same credentials, and the twin's S3 on the service address (s3_endpoint.py);
 - channels are downloaded per host before the container starts; `ShardedByS3Key` gives each host
   every N-th object of the sorted keys (SageMaker promises "about 1/N of the objects");
 - the checkpoint directory of every host is restored from the job's CheckpointConfig S3 prefix
@@ -41,17 +45,20 @@ import contextlib
 import io
 import json
 import re
+import shutil
 import signal
 import tarfile
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import boto3
+from botocore.exceptions import ClientError
 
 from trainstack import facts
 from trainstack.layout import TRAINING_JOB_LOG_GROUP
@@ -59,12 +66,11 @@ from trainstack.s3uri import split_s3_uri
 from trainstack.workflow import CAPACITY_FAILURE_MARKERS
 from trainstack_contract import fault_hooks
 from trainstack_contract.sigterm import SIGTERM_GRACE_SECONDS
-from trainstack_local import container, runtimes
+from trainstack_local import container, iam_twin, runtimes
 from trainstack_local.account_twin import AccountSettings
 from trainstack_local.event_feed import EventFeed
 from trainstack_local.hosts import Container, JobNetwork, host_names, remove_stale_networks, require_namespaces
 from trainstack_local.mlflow_server import TrackingServer
-from trainstack_local.process_environment import TWIN_CREDENTIALS
 from trainstack_local.registry import ImageRegistry, TwinImage
 
 CAPACITY_FAILURE = f"{CAPACITY_FAILURE_MARKERS[0]}: Unable to provision requested ML compute capacity. Please retry later."
@@ -72,6 +78,15 @@ SUBMIT_DIRECTORY = "sagemaker_submit_directory"
 # The sagemaker-mlflow plugin's override of the endpoint that a tracking server's ARN resolves to.
 MLFLOW_ENDPOINT_OVERRIDE = "SAGEMAKER_MLFLOW_CUSTOM_ENDPOINT"
 TWIN_ERROR_FILE = "twin-error.txt"  # in the job's folder: the trace of an error of the twin's own that failed it
+# SageMaker's FailureReason for a channel it could not download ("ClientError: Data download failed:Unable to
+# download object s3://... (AccessDenied: Access Denied)", as jobs report it); its wording for a listing and
+# for an upload it could not make is not published: the twin's follows the same form.
+DATA_FAILURE = "ClientError: Data {direction} failed:Unable to {what} {uri} ({code}: {message})"
+
+
+class DataMovementRefusedError(Exception):
+    """S3 refused SageMaker's own data movement for the job (its execution role may not): the job fails
+    with this reason, SageMaker's ClientError."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +137,7 @@ class _Attempt:
     epoch: int = 0  # wall-clock seconds at the start: SageMaker's log stream names carry it
     logged: dict[str, int] = field(default_factory=dict)  # host -> bytes of its log sent to CloudWatch Logs
     failed: list[Container] = field(default_factory=list)  # the hosts that failed before the twin killed the rest
+    refused: DataMovementRefusedError | None = None  # a checkpoint upload S3 refused the job's role while it ran
 
 
 class _Requests:
@@ -138,6 +154,9 @@ class JobRun:
         self.job = job
         self.image = image
         self.runtime: runtimes.ImageRuntime | None = None  # provided when the job first starts
+        # Its execution role's credentials, assumed when it first starts, and S3 as they sign for it.
+        self.credentials: iam_twin.RoleCredentials | None = None
+        self.s3: Any = None
         self.name: str = job.training_job_name
         self.root = twin.workdir / self.name
         self.requests = _Requests()
@@ -210,6 +229,9 @@ class JobRun:
                 self._status("InProgress", "Interrupted", "Job interrupted: spot capacity was reclaimed")
                 time.sleep(self.twin.settings.spot_capacity_wait_seconds)
                 self._status("InProgress", "Starting", "Launching requested ML instances after a spot interruption")
+        except DataMovementRefusedError as refused:  # the job's role may not: the user's failure, worded as SageMaker's
+            self.job.failure_reason = str(refused)
+            self._end("Failed", "Failed", self.job.failure_reason)
         except Exception as error:  # the twin's own error: SageMaker fails such a job (an image it cannot pull) with a reason
             self._fail(error)
         finally:
@@ -246,14 +268,16 @@ class JobRun:
         self._status("InProgress", "Downloading", "Downloading input data")
         # The image's software: torch, Python and packages of its own, as SageMaker pulls the image.
         self.runtime = self.runtime or runtimes.ensure(self.image.runtime, self.image.extra_packages)
+        if self.credentials is None:  # SageMaker assumes the job's role once; the twin's never expire
+            self.credentials = iam_twin.assume_role(self.job.role_arn, self.twin.region)
+            self.s3 = self.credentials.client("s3", self.twin.region)
         attempt.network = network = JobNetwork(self.hosts).create()
-        s3 = self.twin.s3()
         stage = self.root / "sourcedir.tar.gz"
         submit = json.loads(self.job.hyper_parameters.get(SUBMIT_DIRECTORY, '""'))
         if submit.startswith("s3://") and not stage.exists():
-            _download(s3, submit, stage)
+            _download(self.s3, submit, stage)
         for host in self.hosts:
-            self._prepare_host(s3, attempt, host, stage if submit.startswith("s3://") else None)
+            self._prepare_host(attempt, host, stage if submit.startswith("s3://") else None)
         self._status("InProgress", "Training", "Training image download completed. Training in progress.")
         attempt.started = time.monotonic()
         attempt.epoch = int(time.time())
@@ -275,7 +299,7 @@ class JobRun:
             )
         return attempt
 
-    def _prepare_host(self, s3: Any, attempt: _Attempt, host: str, staged_source: Path | None) -> None:
+    def _prepare_host(self, attempt: _Attempt, host: str, staged_source: Path | None) -> None:
         root = attempt.root / host
         opt_ml = root / "opt" / "ml"
         hyperparameters = dict(self.job.hyper_parameters or {})
@@ -300,14 +324,14 @@ class JobRun:
             source = channel["DataSource"]["S3DataSource"]
             if (channel.get("InputMode") or "File") == "Pipe":
                 raise NotImplementedError(f"channel {channel['ChannelName']}: Pipe input mode is not emulated")
-            keys = _keys(s3, source["S3Uri"])
+            keys = _keys(self.s3, source["S3Uri"])
             if source.get("S3DataDistributionType") == "ShardedByS3Key":
                 keys = keys[hosts.index(host) :: len(hosts)]
-            _download_keys(s3, source["S3Uri"], keys, opt_ml / "input" / "data" / channel["ChannelName"])
+            _download_keys(self.s3, source["S3Uri"], keys, opt_ml / "input" / "data" / channel["ChannelName"])
         if self.job.checkpoint_config:
             local = self._in_container(opt_ml, self.job.checkpoint_config.get("LocalPath") or "/opt/ml/checkpoints")
             uri = self.job.checkpoint_config["S3Uri"]
-            _download_keys(s3, uri, _keys(s3, uri), local)
+            _download_keys(self.s3, uri, _keys(self.s3, uri), local)
         bin_dir = root / "bin"
         bin_dir.mkdir(parents=True, exist_ok=True)
         gpus = self.twin.gpus(self.instance_type)
@@ -328,23 +352,34 @@ class JobRun:
             "TRAINING_JOB_NAME": self.name,
             "TRAINING_JOB_ARN": self.job.arn,
         }
+        environment.update(self._role_environment())
         environment.update(getattr(self.job, "environment", None) or {})
         environment.update({fault_hooks.TWIN: "1", **dict(self.twin.settings.fault_hooks)})  # the twin's own, never the spec's
         environment.update(self.injected_environment(host))
         environment.update(self._tracking_environment())
         return environment
 
+    def _role_environment(self) -> dict[str, str]:
+        """The job's execution role's credentials and the region, as SageMaker gives a job's containers
+        its role (here as variables, which boto3, the AWS CLI and the MLflow plugin read before anything
+        else: never whatever this process holds, the developer's own keys), and the twin's S3 where it
+        is served (the region's endpoint is not reachable from here). The request's Environment comes
+        after, as a variable a user sets wins over the role's credentials on SageMaker too."""
+        assert self.credentials is not None, "the job's role is assumed before its containers start"
+        environment = {**self.credentials.environment(), "AWS_REGION": self.twin.region, "AWS_DEFAULT_REGION": self.twin.region}
+        if self.twin.storage_endpoint:
+            environment["AWS_ENDPOINT_URL_S3"] = self.twin.storage_endpoint
+        return environment
+
     def _tracking_environment(self) -> dict[str, str]:
         """What a job with MlflowConfig needs to log to the twin's tracking server along SageMaker's own
         path: the plugin's documented endpoint override (the region's endpoint is not reachable from
-        here) and credentials to sign with, the emulated account's test keys, as a SageMaker job signs
-        with its execution role's: never whatever boto3 finds in this process (the developer's own keys).
-        Nothing without a server: the job then finds its tracking server unreachable."""
+        here); it signs with the job's role's credentials. Nothing without a server: the job then finds
+        its tracking server unreachable."""
         server = self.twin.tracking_server
         if server is None or not getattr(self.job, "mlflow_config", None):
             return {}
-        region = {"AWS_REGION": self.twin.region, "AWS_DEFAULT_REGION": self.twin.region}
-        return {MLFLOW_ENDPOINT_OVERRIDE: server.url, **TWIN_CREDENTIALS, **region}
+        return {MLFLOW_ENDPOINT_OVERRIDE: server.url}
 
     def _record_mlflow_run(self) -> None:
         """MlflowDetails, which SageMaker fills in once a job has ended (the SageMaker SDK 3.x reads the
@@ -380,6 +415,10 @@ class JobRun:
                 self._status("Stopping", "MaxRuntimeExceeded", "Training job reached its MaxRuntimeInSeconds")
                 self._stop_containers(attempt)
                 outcome = "stopped"
+            elif attempt.refused is not None:  # an upload the job's role may not make (the sync thread's)
+                for other in attempt.containers:
+                    other.kill()
+                outcome = "failed"
             elif any(code not in (None, 0) for code in codes):
                 attempt.failed = [c for c, code in zip(attempt.containers, codes, strict=True) if code not in (None, 0)]
                 for other in attempt.containers:  # one failed host ends the job
@@ -392,7 +431,11 @@ class JobRun:
         attempt.ended = time.monotonic()
         attempt.running.clear()
         syncer.join()
-        self._sync_checkpoints(attempt)  # the last upload, after the containers are gone
+        if attempt.refused is None:
+            try:
+                self._sync_checkpoints(attempt)  # the last upload, after the containers are gone
+            except DataMovementRefusedError as refused:
+                attempt.refused, outcome = refused, "failed"
         self._sync_logs(attempt)
         return outcome
 
@@ -417,7 +460,7 @@ class JobRun:
             self._upload_outputs(attempt)
             self._end("Stopped", "Stopped", "Training job stopped")
         else:
-            self.job.failure_reason = self._failure_reason(attempt)
+            self.job.failure_reason = str(attempt.refused) if attempt.refused else self._failure_reason(attempt)
             self._end("Failed", "Failed", "Training job failed")
 
     def _failure_reason(self, attempt: _Attempt) -> str:
@@ -432,7 +475,7 @@ class JobRun:
         return f"AlgorithmError: {failed.host} exited with {failed.poll()}: {tail}"[:1024]
 
     def _upload_outputs(self, attempt: _Attempt) -> None:
-        s3 = self.twin.s3()
+        s3 = self.s3
         output = self.job.output_data_config["S3OutputPath"].rstrip("/") + f"/{self.name}/output/"
         model = io.BytesIO()
         with tarfile.open(fileobj=model, mode="w:gz") as tar:
@@ -440,8 +483,7 @@ class JobRun:
                 directory = host_container.root / "model"
                 for path in sorted(p for p in directory.rglob("*") if p.is_file()):
                     tar.add(path, arcname=path.relative_to(directory).as_posix())
-        bucket, key = split_s3_uri(output + "model.tar.gz")
-        s3.put_object(Bucket=bucket, Key=key, Body=model.getvalue())
+        _put(s3, output + "model.tar.gz", model.getvalue())
         self.job.model_artifacts = {"S3ModelArtifacts": output + "model.tar.gz"}
         tensorboard = self.job.tensor_board_output_config
         if tensorboard:
@@ -465,7 +507,11 @@ class JobRun:
     # -- checkpoints --------------------------------------------------------------------------------
     def _sync_loop(self, attempt: _Attempt) -> None:
         while attempt.running.is_set():
-            self._sync_checkpoints(attempt)
+            try:
+                self._sync_checkpoints(attempt)
+            except DataMovementRefusedError as refused:  # _watch ends the job with it
+                attempt.refused = refused
+                return
             self._sync_logs(attempt)
             time.sleep(self.twin.settings.sync_interval_seconds)
 
@@ -502,7 +548,7 @@ class JobRun:
         propagated: a file pruned on a host stays in S3 and comes back on the next restore)."""
         if not self.job.checkpoint_config:
             return
-        s3 = self.twin.s3()
+        s3 = self.s3
         uri = self.job.checkpoint_config["S3Uri"]
         for host_container in attempt.containers:
             local = self._in_container(host_container.root, self.job.checkpoint_config.get("LocalPath") or "/opt/ml/checkpoints")
@@ -567,6 +613,8 @@ class SageMakerTwin:
         self.feed = feed  # where `local serve` prints each job's creation and status changes
         # The MLflow tracking server jobs with MlflowConfig log to, when one runs (`local serve`, tests).
         self.tracking_server: TrackingServer | None = None
+        # The twin's S3 as the jobs' containers reach it (s3_endpoint.py), when it is served (local_aws).
+        self.storage_endpoint: str | None = None
         self.runs: dict[str, JobRun] = {}
         self.uploaded: dict[tuple[str, str, int], dict[str, tuple[int, int]]] = {}
         self._capacity: dict[str, int] = {}
@@ -626,9 +674,6 @@ class SageMakerTwin:
         real = instance.accelerators if instance and instance.kind == "gpu" else 0
         return min(real, self.settings.gpus_per_host)
 
-    def s3(self) -> Any:
-        return boto3.client("s3", region_name=self.region)
-
     # -- the API ----------------------------------------------------------------------------------
     def check_image(self, image_uri: str) -> TwinImage:
         """CreateTrainingJob's check: the image must exist in the job's region."""
@@ -677,18 +722,36 @@ def _executable(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
+@contextlib.contextmanager
+def _moving(direction: str, what: str, uri: str) -> Iterator[None]:
+    """S3 refusing the job's role (AccessDenied) becomes the job's failure, worded as SageMaker words it."""
+    try:
+        yield
+    except ClientError as error:
+        code, message = error.response["Error"].get("Code"), error.response["Error"].get("Message", "")
+        if code != iam_twin.ACCESS_DENIED:
+            raise
+        reason = DATA_FAILURE.format(direction=direction, what=what, uri=uri, code=code, message=message)
+        raise DataMovementRefusedError(reason) from None
+
+
 def _keys(s3: Any, uri: str) -> list[str]:
     bucket, prefix = split_s3_uri(uri)
     keys = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys += [item["Key"] for item in page.get("Contents", [])]
+    with _moving("download", "list objects under", uri):
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            keys += [item["Key"] for item in page.get("Contents", [])]
     return sorted(keys)
 
 
 def _download(s3: Any, uri: str, destination: Path) -> None:
+    """One object into a file: GetObject, as SageMaker reads it (no HeadObject first, whose refusal has no code)."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     bucket, key = split_s3_uri(uri)
-    s3.download_file(bucket, key, str(destination))
+    with _moving("download", "download object", uri):
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+    with destination.open("wb") as file:
+        shutil.copyfileobj(body, file)
 
 
 def _download_keys(s3: Any, uri: str, keys: list[str], destination: Path) -> None:
@@ -698,9 +761,13 @@ def _download_keys(s3: Any, uri: str, keys: list[str], destination: Path) -> Non
     folder = prefix[: prefix.rfind("/") + 1]
     destination.mkdir(parents=True, exist_ok=True)
     for key in keys:
-        target = destination / key[len(folder) :]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        s3.download_file(bucket, key, str(target))
+        _download(s3, f"s3://{bucket}/{key}", destination / key[len(folder) :])
+
+
+def _put(s3: Any, uri: str, body: bytes) -> None:
+    bucket, key = split_s3_uri(uri)
+    with _moving("upload", "upload object", uri):
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
 
 
 def _upload_tree(s3: Any, local: Path, uri: str, uploaded: dict[str, tuple[int, int]] | None = None) -> None:
@@ -721,6 +788,6 @@ def _upload_tree(s3: Any, local: Path, uri: str, uploaded: dict[str, tuple[int, 
             body = path.read_bytes()
         except FileNotFoundError:
             continue
-        s3.put_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/{relative}" if prefix else relative, Body=body)
+        _put(s3, f"s3://{bucket}/{prefix.rstrip('/')}/{relative}" if prefix else f"s3://{bucket}/{relative}", body)
         if uploaded is not None:
             uploaded[relative] = signature

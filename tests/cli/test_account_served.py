@@ -36,7 +36,7 @@ def spec_file(tmp_path, name: str) -> str:
                 "instance_count": 2,
                 "strategy": "ddp",
                 "hyperparameters": {"model": "gpt-tiny", "max_steps": UNREACHED, "log_every": 10, "checkpoint_every": UNREACHED},
-                "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
+                "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/default/sample/", "mode": "File"}},
                 "max_runtime": "1h",
             }
         )

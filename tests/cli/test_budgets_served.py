@@ -29,14 +29,9 @@ BUCKET = "trainstack-local-trigger"
 
 @pytest.fixture(scope="module")
 def served(queue_stack, tmp_path_factory):
-    """The queue stack (research:1,prod:0.5, queue_budgets research:500), served, each team's copy of the
-    sample data in its own folder."""
+    """The queue stack (research:1,prod:0.5, queue_budgets research:500), served (each team's copy of the
+    sample data in its own folder, as `local serve` uploads it)."""
     with serving(queue_stack.json, tmp_path_factory.mktemp("budgets")) as stack:
-        for team in ("research", "prod"):
-            copied = stack.aws(
-                "s3", "cp", f"s3://{BUCKET}/datasets/sample/", f"s3://{BUCKET}/datasets/{team}/sample/", "--recursive"
-            )
-            assert copied.returncode == 0, copied.stderr
         yield stack
 
 

@@ -20,7 +20,7 @@ from trainstack_cli.stack import EXIT_RUN_FAILED
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-DATA = "s3://trainstack-local-trigger/datasets/sample/"
+DATA = "s3://trainstack-local-trigger/datasets/default/sample/"
 UNREACHED = 1_000_000  # steps no run here reaches: only a stop ends it
 
 
@@ -213,8 +213,8 @@ def test_a_spec_that_fails_validation_is_refused_before_anything_is_uploaded(ser
 def test_serve_prints_one_line_per_event_of_a_failing_and_a_stopped_run(served, tmp_path):
     notes = tmp_path / "readme.txt"
     notes.write_text("not token shards")  # what only the running script can find out
-    assert served.aws("s3", "cp", str(notes), "s3://trainstack-local-trigger/datasets/notes/readme.txt").returncode == 0
-    broken = job("broken", inputs={"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/notes/", "mode": "File"}})
+    assert served.aws("s3", "cp", str(notes), "s3://trainstack-local-trigger/datasets/default/notes/readme.txt").returncode == 0
+    broken = job("broken", inputs={"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/default/notes/", "mode": "File"}})
     failing = json.loads(served.trainstack("submit", str(write(tmp_path / "broken.yaml", broken)), "--inline", "--json").stdout)[
         "run"
     ]

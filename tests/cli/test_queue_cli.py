@@ -338,7 +338,7 @@ def test_a_job_not_yet_runnable_waits_without_a_position(status):
 # logs while they run, so what `main` prints here could land in a function's log; the views print
 # what these functions return (tested above).
 SHARES = "research:1,prod:1"  # as `-c queue_shares=...` gives them: in this order, research the default
-DATA = "s3://trainstack-local-trigger/datasets/sample/"
+DATA = "s3://trainstack-local-trigger/datasets/{team}/sample/"  # each team's jobs read its own folder
 LONG = {"model": "gpt-tiny", "max_steps": 100_000, "log_every": 1, "seed": 0}  # trains until stopped
 
 
@@ -349,20 +349,22 @@ class QueueStack:
     stack: Stack
 
     def submit(self, tmp_path: Path, name: str, hyperparameters: dict | None = None, **queue: Any) -> str:
-        """`trainstack submit SPEC --inline` of a one-instance spec with `queue`; the run's name."""
+        """`trainstack submit SPEC --inline --team SHARE` of a one-instance spec with `queue`, as the team of
+        its share (the default one's without); the run's name."""
+        team = queue.get("share") or self.stack.context.default_team
         spec = {
             "name": name,
             "instance_type": "ml.g5.12xlarge",
             "strategy": "ddp",
             "framework_version": "2.10.0",
             "hyperparameters": hyperparameters or LONG,
-            "inputs": {"train": {"s3_uri": DATA, "mode": "File"}},
+            "inputs": {"train": {"s3_uri": DATA.format(team=team), "mode": "File"}},
             "max_runtime": "1h",
             "queue": queue,
         }
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(spec))
-        return submit(self.stack, path, inline=True)
+        return submit(self.stack, path, inline=True, team=team)
 
     def trial(self, run: str, done: Callable[[TrialView], bool], timeout: float = 120) -> TrialView:
         """The run's one trial once `done` holds for it, as `trainstack status` reads it."""

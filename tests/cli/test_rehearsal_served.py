@@ -31,7 +31,7 @@ def spec_file(tmp_path, name: str, steps: int) -> str:
         "instance_type": "ml.g5.12xlarge",
         "strategy": "ddp",
         "hyperparameters": {"model": "gpt-tiny", "max_steps": steps, "log_every": 10, "checkpoint_every": 20},
-        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
+        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/default/sample/", "mode": "File"}},
         "max_runtime": "1h",
     }
     path = tmp_path / f"{name}.yaml"
@@ -106,6 +106,7 @@ def test_a_preempted_queued_job_resumes_at_its_checkpoint_and_its_run_reports_on
     spec = yaml.safe_load(Path(spec_file(tmp_path, "preempted", 600)).read_text())
     spec["hyperparameters"]["log_every"] = 10
     spec["queue"] = {"share": "research"}
+    spec["inputs"]["train"]["s3_uri"] = "s3://trainstack-local-trigger/datasets/research/sample/"  # the team's own data
     (tmp_path / "queued.yaml").write_text(yaml.safe_dump(spec))
     (tmp_path / "twin").mkdir()
     with serving(queue_stack.json, tmp_path / "twin") as served:

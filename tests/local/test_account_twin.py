@@ -41,7 +41,7 @@ def spec(name: str, instance_type: str, count: int = 1, steps: int = 4) -> dict:
         "instance_count": count,
         "strategy": "ddp",
         "hyperparameters": {"model": "gpt-tiny", "max_steps": steps, "log_every": 1},
-        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
+        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/default/sample/", "mode": "File"}},
         "max_runtime": "1h",
     }
 

@@ -33,7 +33,7 @@ def job(**overrides) -> dict:
         "strategy": "ddp",
         "framework_version": "2.10.0",
         "hyperparameters": {"model": "gpt-tiny", "max_steps": 4, "log_every": 2},
-        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
+        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/default/sample/", "mode": "File"}},
         "max_runtime": "1h",
     }
     return {**spec, **overrides}
@@ -72,7 +72,7 @@ def assert_run_failed_with(stack, reason: str) -> None:
 
 def test_an_uploaded_spec_runs_to_completion_and_delivers_model_checkpoints_logs_and_its_report(pipeline):
     stack, _ = pipeline
-    put(stack, "jobs/team/e2e.yaml", job())
+    put(stack, "jobs/default/e2e.yaml", job())  # the default team's folder
     (execution,) = wait_for_new_executions(stack, known=0)
     run = finish(execution)
     assert (run.status, run.output["status"]) == ("SUCCEEDED", "Completed")
@@ -81,12 +81,12 @@ def test_an_uploaded_spec_runs_to_completion_and_delivers_model_checkpoints_logs
     assert name.startswith("trainstack-e2e-")
     s3 = boto3.client("s3", region_name=REGION)
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=stack.artifacts_bucket)["Contents"]]
-    assert f"models/{name}/output/model.tar.gz" in keys
-    assert any(k.startswith("checkpoints/e2e/") and k.endswith("manifest.json") for k in keys)
+    assert f"models/default/{name}/output/model.tar.gz" in keys
+    assert any(k.startswith("checkpoints/default/e2e/") and k.endswith("manifest.json") for k in keys)
     (message,) = notifications(stack)
     assert message["status"] == "Completed" and message["links"]["execution"]
     (trial,) = message["trials"]
-    assert trial["model_artifacts"] == f"s3://{stack.artifacts_bucket}/models/{name}/output/model.tar.gz"
+    assert trial["model_artifacts"] == f"s3://{stack.artifacts_bucket}/models/default/{name}/output/model.tar.gz"
     assert trial["final_metrics"]["train:step"] == 4 and trial["cost_usd"] > 0
     printed = function_log("trainstack-notify")  # the emulated stack's function
     (counted,) = [json.loads(line) for line in printed if line.startswith('{"_aws"')]  # for the dashboard
@@ -128,12 +128,12 @@ def test_a_bad_spec_is_rejected_with_its_reason_before_anything_launches(pipelin
 
 def test_a_data_drop_starts_one_run_per_marker_with_its_prefix_as_the_train_channel(pipeline):
     stack, _ = pipeline
-    upload_sample_data(stack, prefix="datasets/owt/")
+    upload_sample_data(stack, "owt")  # the default team's datasets/default/owt/
     spec = job()
     del spec["inputs"]
-    put(stack, "datasets/owt/job.yaml", spec)
+    put(stack, "datasets/default/owt/job.yaml", spec)
     assert executions(stack) == []  # data objects and the spec alone start nothing
-    put(stack, "datasets/owt/_SUCCESS", b"")
+    put(stack, "datasets/default/owt/_SUCCESS", b"")
     (execution,) = wait_for_new_executions(stack, known=0)
     assert finish(execution).status == "SUCCEEDED"
     (training_job,) = training_jobs()
@@ -141,7 +141,7 @@ def test_a_data_drop_starts_one_run_per_marker_with_its_prefix_as_the_train_chan
         TrainingJobName=training_job["TrainingJobName"]
     )
     channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in description["InputDataConfig"]}
-    assert channels["train"] == f"s3://{stack.trigger_bucket}/datasets/owt/"
+    assert channels["train"] == f"s3://{stack.trigger_bucket}/datasets/default/owt/"
     assert len(executions(stack)) == 1
 
 
@@ -166,11 +166,11 @@ def test_a_sweep_runs_every_trial_with_its_hyperparameters(pipeline):
 
 def test_a_failing_training_job_fails_the_execution_with_its_failure_reason(pipeline):
     stack, _ = pipeline
-    put(stack, "datasets/notes/readme.txt", b"not token shards")  # what only the running script can find out
+    put(stack, "datasets/default/notes/readme.txt", b"not token shards")  # what only the running script can find out
     put(
         stack,
         "jobs/broken.yaml",
-        job(inputs={"train": {"s3_uri": f"s3://{stack.trigger_bucket}/datasets/notes/", "mode": "File"}}),
+        job(inputs={"train": {"s3_uri": f"s3://{stack.trigger_bucket}/datasets/default/notes/", "mode": "File"}}),
     )
     assert_run_failed_with(stack, "no token shards")
 

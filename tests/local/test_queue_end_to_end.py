@@ -23,13 +23,14 @@ SHARES = ("research", "prod")
 
 
 def job(name: str, **queue) -> dict:
+    team = queue.get("share") or SHARES[0]  # a direct start's team: the share it names, else the stack's default
     return {
         "name": name,
         "instance_type": "ml.g5.xlarge",
         "strategy": "ddp",
         "framework_version": "2.10.0",
         "hyperparameters": {"model": "gpt-tiny", "max_steps": 2, "log_every": 1},
-        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
+        "inputs": {"train": {"s3_uri": f"s3://trainstack-local-trigger/datasets/{team}/sample/", "mode": "File"}},
         "max_runtime": "1h",
         **({"queue": queue} if queue else {}),
     }

@@ -34,7 +34,7 @@ def spec(name: str, *, hosts: int = 1, restarts: dict | None = None, **hyperpara
             "step_timeout": 10,  # seconds: the watchdog ends a hung job soon (derived from step times otherwise)
             **hyperparameters,
         },
-        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
+        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/default/sample/", "mode": "File"}},
         "max_runtime": "1h",
         "restarts": restarts or {},
     }  # fmt: skip
@@ -100,9 +100,11 @@ def test_a_transport_error_is_restarted_and_the_run_completes(twin_stack):
 def test_a_users_error_at_step_zero_fails_the_run_at_once_without_a_restart(twin_stack):
     stack, _ = twin_stack
     # what only the running script can find out: the channel holds a text file, not token shards
-    boto3.client("s3", region_name=REGION).put_object(Bucket=stack.trigger_bucket, Key="datasets/notes/readme.txt", Body=b"notes")
+    boto3.client("s3", region_name=REGION).put_object(
+        Bucket=stack.trigger_bucket, Key="datasets/default/notes/readme.txt", Body=b"notes"
+    )
     job = spec("user-error")
-    job["inputs"]["train"]["s3_uri"] = f"s3://{stack.trigger_bucket}/datasets/notes/"
+    job["inputs"]["train"]["s3_uri"] = f"s3://{stack.trigger_bucket}/datasets/default/notes/"
     run, trial, jobs = run_with_fault(twin_stack, job, "user-error-1", None)
 
     assert run.status == "FAILED" and "no token shards" in run.cause

@@ -39,7 +39,7 @@ def spec(name: str, experiment: str, *, hosts: int = 1, **hyperparameters: objec
         "framework_version": "2.10.0",
         "image": "project",  # the stack's project image: it has the MLflow client and plugin
         "hyperparameters": {"model": "gpt-tiny", "max_steps": 6, "log_every": 2, "checkpoint_every": 3, **hyperparameters},
-        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
+        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/default/sample/", "mode": "File"}},
         "max_runtime": "1h",
         "tracking": {"mlflow": "stack", "experiment": experiment},
     }  # fmt: skip

@@ -60,7 +60,7 @@ def spec(name: str, *, instance_type: str = GPU, hosts: int = 1, **hyperparamete
         "strategy": "ddp",
         "framework_version": "2.10.0",
         "hyperparameters": {**HYPERPARAMETERS, **hyperparameters},
-        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/sample/", "mode": "File"}},
+        "inputs": {"train": {"s3_uri": "s3://trainstack-local-trigger/datasets/default/sample/", "mode": "File"}},
         "max_runtime": "1h",
     }
 

@@ -42,7 +42,7 @@ def _create(stack, name: str, *, entry: bool, image: str | None = None) -> str:
         "strategy": "ddp",
         "framework_version": "2.10.0",
         "hyperparameters": {"model": "gpt-tiny", "max_steps": 5000, "log_every": 1, "checkpoint_every": 10000},
-        "inputs": {"train": {"s3_uri": f"s3://{stack.trigger_bucket}/datasets/sample/", "mode": "File"}},
+        "inputs": {"train": {"s3_uri": f"s3://{stack.trigger_bucket}/datasets/default/sample/", "mode": "File"}},
         "max_runtime": "1h",
         **({"image": image} if image else {}),
     }
