@@ -162,7 +162,7 @@ def team_month(team: str, described: Iterable[dict[str, Any]], now: datetime) ->
         else:
             cost += usd
     month = month_start(now).strftime("%Y-%m")
-    return TeamMonth(team, month, jobs, in_progress, round(seconds / 3600, 2), round(cost, 2), tuple(sorted(unpriced)))
+    return TeamMonth(team, month, jobs, in_progress, seconds / 3600, cost, tuple(sorted(unpriced)))
 
 
 def stack_team_budget(

@@ -89,9 +89,11 @@ def test_an_uploaded_spec_runs_to_completion_and_delivers_model_checkpoints_logs
     assert trial["model_artifacts"] == f"s3://{stack.artifacts_bucket}/models/default/{name}/output/model.tar.gz"
     assert trial["final_metrics"]["train:step"] == 4 and trial["cost_usd"] > 0
     printed = function_log("trainstack-notify")  # the emulated stack's function
-    (counted,) = [json.loads(line) for line in printed if line.startswith('{"_aws"')]  # for the dashboard
+    lines = [json.loads(line) for line in printed if line.startswith('{"_aws"')]  # for the dashboard
+    (counted,) = [line for line in lines if "Status" in line]  # the job by its status (the others: time, team)
     logs = boto3.client("logs", region_name=REGION)
     assert (counted["Status"], counted["TrainingJobs"]) == ("Completed", 1)
+    assert [line["Team"] for line in lines if "Team" in line] == ["default"]  # the run's team, from Validate
     (stream,) = logs.describe_log_streams(logGroupName=TRAINING_JOB_LOG_GROUP, logStreamNamePrefix=name)["logStreams"]
     assert re.fullmatch(rf"{name}/algo-1-\d{{10}}", stream["logStreamName"])  # as SageMaker names them
     events = logs.get_log_events(logGroupName=TRAINING_JOB_LOG_GROUP, logStreamName=stream["logStreamName"])["events"]

@@ -142,15 +142,25 @@ def test_the_tracking_server_has_a_stable_arn_in_the_twins_region_and_account(tr
     assert tracking.arn == tracking_server_arn(REGION, ACCOUNT)
 
 
-def test_a_job_with_mlflow_config_gets_the_tracking_servers_endpoint_and_credentials_to_sign_with(tracked_twin, logged_job):
+def _role_credentials(twin, name: str) -> dict[str, str]:
+    """The STS credentials of the job's execution role, as the twin assumed it for the job."""
+    credentials = twin.runs[name].credentials
+    assert credentials.role_arn == description(name)["RoleArn"]
+    return credentials.environment()
+
+
+def test_a_job_with_mlflow_config_gets_the_tracking_servers_endpoint_and_its_roles_credentials_to_sign_with(
+    tracked_twin, logged_job
+):
     _, twin, tracking = tracked_twin
     given = _given_environment(twin, logged_job)
     assert given[MLFLOW_ENDPOINT_OVERRIDE] == tracking.url
-    assert {key: given.get(key) for key in SIGNING} == TWIN_CREDENTIALS  # the emulated account's
+    signing = {key: given.get(key) for key in SIGNING}
+    assert signing == _role_credentials(twin, logged_job) and signing != TWIN_CREDENTIALS  # its role's, not the twin's
     assert given[TRACKING_URI] == tracking.arn  # the request's: the plugin resolves the ARN to the endpoint
 
 
-def test_a_tracked_jobs_container_signs_with_the_twins_keys_never_those_of_this_process(tracked_twin, monkeypatch):
+def test_a_tracked_jobs_container_signs_with_its_roles_credentials_never_those_of_this_process(tracked_twin, monkeypatch):
     stack, twin, tracking = tracked_twin
     developer = {"AWS_ACCESS_KEY_ID": "AKIADEVELOPER", "AWS_SECRET_ACCESS_KEY": "developer-secret", "AWS_SESSION_TOKEN": "dev"}
     for key, value in developer.items():
@@ -158,17 +168,18 @@ def test_a_tracked_jobs_container_signs_with_the_twins_keys_never_those_of_this_
     name = _create(stack, "keys", WRITE_ENVIRONMENT, tracking_arn=tracking.arn)
     _finished(twin, name)
     given = _given_environment(twin, name)
-    assert {key: given.get(key) for key in SIGNING} == TWIN_CREDENTIALS
+    assert {key: given.get(key) for key in SIGNING} == _role_credentials(twin, name)
+    assert not set(developer.values()) & set(given.values())
 
 
-def test_a_job_without_mlflow_config_gets_neither_endpoint_nor_credentials(tracked_twin, untracked_job):
+def test_a_job_without_mlflow_config_gets_no_endpoint_and_its_roles_credentials_as_every_job(tracked_twin, untracked_job):
     _, twin, _ = tracked_twin
     given = _given_environment(twin, untracked_job)
     assert MLFLOW_ENDPOINT_OVERRIDE not in given
-    assert not set(SIGNING) & set(given)
+    assert {key: given.get(key) for key in SIGNING} == _role_credentials(twin, untracked_job)
 
 
-def test_a_job_with_mlflow_config_and_no_tracking_server_gets_neither(tracked_twin):
+def test_a_job_with_mlflow_config_and_no_tracking_server_gets_no_endpoint(tracked_twin):
     stack, twin, tracking = tracked_twin
     twin.tracking_server = None  # as if it had stopped: the job must find its tracking server unreachable
     try:
@@ -178,7 +189,6 @@ def test_a_job_with_mlflow_config_and_no_tracking_server_gets_neither(tracked_tw
         twin.tracking_server = tracking
     given = _given_environment(twin, name)
     assert MLFLOW_ENDPOINT_OVERRIDE not in given
-    assert not set(SIGNING) & set(given)
     assert "MlflowDetails" not in description(name)
 
 

@@ -65,7 +65,9 @@ def tools_but(tmp_path: Path, *left_out: str) -> str:
 
 
 def make(command: str, repository: Path, *prefix: str, path: str | None = None) -> tuple[subprocess.CompletedProcess, float]:
-    environment = {**os.environ, "PATH": path or os.environ["PATH"]}
+    # as a user types it: not a sub-make of the make running the tests (MAKELEVEL would make it `make[1]`)
+    inherited = {key: value for key, value in os.environ.items() if key not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    environment = {**inherited, "PATH": path or os.environ["PATH"]}
     started = time.monotonic()
     result = subprocess.run(
         [*prefix, shutil.which("make"), "--no-print-directory", "-C", str(repository), command, f"PYTHON={MACHINE_PYTHON}"],
