@@ -56,8 +56,8 @@ def test_the_schema_documents_every_rule():
     assert all(name in description for name in RULES)
 
 
-def test_the_readme_rules_table_is_the_rules_table():
-    from tools.readme_section import section
-    from trainstack_contract.health_rules import README_END, README_START, rules_table
+def test_the_training_page_rules_table_is_the_rules_table():
+    from tools.readme_section import DOCS, section
+    from trainstack_contract.health_rules import TABLE_END, TABLE_START, rules_table
 
-    assert section(README_START, README_END) == rules_table()
+    assert section(TABLE_START, TABLE_END, DOCS / "training.md") == rules_table()

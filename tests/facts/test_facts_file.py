@@ -1,5 +1,5 @@
-"""facts.json is exactly what the pinned SDK generates, the only home of these facts, and the README's
-support matrix is rendered from it."""
+"""facts.json is exactly what the pinned SDK generates, the only home of these facts, and the support
+matrix (docs/support-matrix.md) is rendered from it."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def test_the_facts_come_from_the_botocore_and_toolkit_the_main_venv_runs():
     assert sources["sagemaker-training"] == metadata.version("sagemaker-training")
 
 
-def test_the_readme_support_matrix_is_rendered_from_the_facts_file():
-    assert section(readme.START, readme.END) == readme.render(), "run `make facts`"
+def test_the_support_matrix_page_is_rendered_from_the_facts_file():
+    assert section(readme.START, readme.END, readme.DOC) == readme.render(), "run `make facts`"
 
 
 def test_the_lambda_asset_never_imports_the_sdk():

@@ -27,7 +27,7 @@ STEPS = 12
 def tokenized(tmp_path_factory) -> Path:
     """Shards of this repository's docs through a 512-token BPE tokenizer trained on them."""
     folder = tmp_path_factory.mktemp("tokenized")
-    texts = [str(ROOT / "README.md"), str(ROOT / "training" / "sample_data" / "README.md")]
+    texts = [str(ROOT / "docs" / "training.md"), str(ROOT / "training" / "sample_data" / "README.md")]
     prepare_data(["tokenizer", "--output", str(folder / "tokenizer"), "--vocab", "512", *texts])
     prepare_data(["tokens", "--tokenizer", str(folder / "tokenizer"), "--output", str(folder / "data"), "--shards", "2", *texts])
     return folder / "data"

@@ -2,7 +2,7 @@
 vanishing gradients, a loss that stops decreasing, fp16 loss-scale collapse), as a table.
 
 Torch-free on purpose: the same table validates the job spec's `health:` block in the pipeline
-(shipped in the Lambda asset), documents itself in the README and `trainstack schema`, and
+(shipped in the Lambda asset), documents itself in docs/training.md and `trainstack schema`, and
 configures the evaluator in the training loop (health.py). Rules are evaluated at log intervals
 on values every rank already has, so every rank reaches the same verdict without a collective.
 """
@@ -111,14 +111,14 @@ def parse_health(text: str) -> tuple[RuleSetting, ...]:
     return tuple(settings)
 
 
-README_START = "<!-- health-rules:start (generated from training/trainstack_contract/health_rules.py; do not edit) -->"
-README_END = "<!-- health-rules:end -->"
+TABLE_START = "<!-- health-rules:start (generated from training/trainstack_contract/health_rules.py; do not edit) -->"
+TABLE_END = "<!-- health-rules:end -->"
 
 
 def rules_table() -> str:
-    """The rules as the README's Markdown table, between its markers."""
-    lines = [README_START, "| rule | trips when | parameters (defaults) | default action |", "|---|---|---|---|"]
+    """The rules as a Markdown table between its markers (docs/training.md, "Health rules")."""
+    lines = [TABLE_START, "| rule | trips when | parameters (defaults) | default action |", "|---|---|---|---|"]
     for rule in RULES.values():
         parameters = ", ".join(f"`{k}` {v:g}" for k, v in rule.parameters.items()) or "none"
         lines.append(f"| `{rule.name}` | {rule.trips_when} | {parameters} | `{rule.action}` |")
-    return "\n".join([*lines, README_END])
+    return "\n".join([*lines, TABLE_END])
