@@ -64,7 +64,8 @@ def contract_problems(spec: JobSpec, resolution: Resolution) -> list[Problem]:
                 if overrides and _from_trial(error, overrides)
                 else "hyperparameters"
             )
-            problems.append(Problem(where, None, str(error), "see the hyperparameters the built-in script takes in the README"))
+            fix = "see the hyperparameters the built-in script takes in docs/training.md"
+            problems.append(Problem(where, None, str(error), fix))
             continue
         if (config.model, config.seq_len) not in models:  # a sweep over other hyperparameters repeats them
             if config.model not in {model for model, _ in models}:

@@ -45,7 +45,7 @@ def test_a_sweep_trial_the_script_would_refuse_is_named():
     found = problems(sweep={"max_concurrency": 2, "trials": [{"lr": 1e-4}, {"micro_batch_size": 0}]})
     assert found == [
         "sweep trial 1 (micro_batch_size=0): hyperparameter 'micro_batch_size' = 0: must be at least 1; "
-        "see the hyperparameters the built-in script takes in the README"
+        "see the hyperparameters the built-in script takes in docs/training.md"
     ]
 
 

@@ -272,7 +272,7 @@ def test_a_broken_rule_names_the_field_and_the_fix(spec, field, message):
     [
         (SMP, "af-south-1", "no smdistributed-modelparallel image for PyTorch 2.3.1 in af-south-1; run in one of ap-northeast-1"),
         ({**DDP, "framework_version": "2.5.1"}, "us-iso-east-1", "no pytorch-training image for PyTorch 2.5.1 in us-iso-east-1"),
-        (DDP, "mars-east-1", "no pytorch-training image for PyTorch 2.3.0 in mars-east-1; run in a region the README's"),
+        (DDP, "mars-east-1", "no pytorch-training image for PyTorch 2.3.0 in mars-east-1; run in a region docs/support-matrix"),
     ],
 )
 def test_a_framework_image_missing_in_the_region_is_refused_there(spec, region, message):

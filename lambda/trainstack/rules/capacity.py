@@ -38,7 +38,7 @@ def _instance_problems(name: str) -> list[Problem]:
     instance = lookup(name)
     if instance is None:
         close = difflib.get_close_matches(name, list(CATALOG), n=3)
-        hint = f"did you mean {', '.join(close)}?" if close else "see the README's support matrix for the types trainstack knows"
+        hint = f"did you mean {', '.join(close)}?" if close else "see docs/support-matrix.md for the types trainstack knows"
         return [Problem("instance_type", name, "not a SageMaker training instance type", hint)]
     if instance.sdk_refusal:
         return [

@@ -125,7 +125,7 @@ def image_in_region_problems(spec: JobSpec, resolution: Resolution, region: str)
         images.image_uri(resolution.image_kind, resolution.framework.version, resolution.py_version, region, resolution.instance)
     except ImageUnavailableError as error:
         if region not in facts.load().regions:
-            fix = "run in a region the README's support matrix lists, or give image"
+            fix = "run in a region docs/support-matrix.md lists, or give image"
         else:
             fix = f"run in one of {', '.join(error.choices)}" + (
                 ", or use strategy ddp / fsdp" if resolution.image_kind == "smp" else ""
