@@ -52,7 +52,7 @@ $(SDK_VENV)/.installed: tools/facts/requirements.txt tools/facts/sdk3.txt tools/
 	$(PY) -m pip download --quiet --no-deps -d $(SDK_VENV)/sources -r tools/facts/sources.txt
 	touch $@
 
-facts: setup sdk ## regenerate lambda/trainstack/facts.json from the pinned SDK, then the README's support matrix
+facts: setup sdk ## regenerate lambda/trainstack/facts.json from the pinned SDK, then docs/support-matrix.md
 	$(SDK_VENV)/bin/python -m tools.facts.generate
 	$(PY) -m tools.facts.readme
 

@@ -2,7 +2,7 @@
 one line per check: passed (with what it saw), failed (with the fix), or not applicable to this stack.
 
 Each check is a small function over what it reads with the caller's own credentials; `actions` names
-the AWS actions it calls (README, "Deploying to a real account"), and a check the caller may not run
+the AWS actions it calls (docs/deploying.md, "2. trainstack doctor"), and a check the caller may not run
 fails naming them. The first two, the credentials and the stack's outputs, are what every other check
 needs: when one fails, the rest are not run.
 """

@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workdir", type=Path, help="where the hosts' /opt/ml trees go (default: a new temporary folder)")
     run.add_argument("--template", type=Path, help="the synthesized template (default: cdk.out's)")
     fault = local_commands.add_parser("fault", help=f"rehearse a failure on the served twin: {', '.join(KINDS)}")
-    fault.add_argument("kind", choices=KINDS, help='what fails (see the README, "Rehearse failures")')
+    fault.add_argument("kind", choices=KINDS, help='what fails (see docs/operating-runs.md, "Rehearse failures")')
     fault.add_argument(
         "target",
         nargs="?",

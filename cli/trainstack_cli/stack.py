@@ -22,7 +22,7 @@ from trainstack.stack_context import StackContext, read_outputs_file
 STACK_VARIABLE = "TRAINSTACK_STACK"
 OUTPUTS_VARIABLE = "TRAINSTACK_OUTPUTS"
 
-# Exit codes, stable for scripts (README, "Operating runs").
+# Exit codes, stable for scripts (docs/operating-runs.md, "Exit codes").
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1  # the run (or the plan) did not succeed
 EXIT_BAD_INPUT = 2  # a spec, a file or an argument is wrong

@@ -40,7 +40,7 @@ What it does as Batch documents it (AWS Batch user guide, "Service jobs"; the bo
 - each status change after submission emits "Batch Service Job State Change" (source aws.batch,
   detail: DescribeServiceJob's without tags and serviceRequestPayload) and a line of the event feed.
 
-Where Batch leaves it open or the twin simplifies (stated in the README too):
+Where Batch leaves it open or the twin simplifies (stated in docs/team-queue.md too):
 
 - fair-share usage counts instances, not time: a share's usage is the instances of its jobs now
   dispatched plus those of its jobs dispatched within the policy's shareDecaySeconds (600 when 0),

@@ -50,7 +50,7 @@ LOCAL_ENVIRONMENT = {
 DEAD_LETTER_QUEUE = "trainstack-local-dead-letters"
 PROJECT_DOCKERFILE = TRAINING / "Dockerfile"
 PROJECT_IMAGE_URI = project_image_uri(PROJECT_DOCKERFILE, REGION, ACCOUNT)
-# The stack's KMS key (moto's KMS is not served: S3 names the key and calls nothing, see the README).
+# The stack's KMS key (moto's KMS is not served: S3 names the key and calls nothing, see docs/local-mode.md).
 KEY_ARN = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/local"
 PSEUDO = {"AWS::Partition": "aws", "AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::URLSuffix": "amazonaws.com"}
 # As storage.py's data buckets: SSE-KMS with the stack's key and an S3 bucket key.

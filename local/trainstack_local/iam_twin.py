@@ -15,8 +15,8 @@ Allow. Two corrections to moto's answer, where IAM answers otherwise: a statemen
 does not hold does not apply (moto answers it as a Deny, whatever its Effect: each statement is
 asked as an Allow, and applies where moto permits it), and S3's HeadBucket is s3:ListBucket (moto
 names the action HeadBucket, which IAM has not). The only condition key given is
-`s3:prefix` of a bucket listing (the request's prefix, empty without one). The README lists what is
-not evaluated ("IAM").
+`s3:prefix` of a bucket listing (the request's prefix, empty without one). docs/local-mode.md lists what
+is not evaluated ("What the twin does not reproduce", "IAM").
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class RoleCredentials:
 def assume_role(role_arn: str, region: str) -> RoleCredentials:
     """The role's credentials, as SageMaker gets a job's: STS AssumeRole, called with the twin's own keys
     (SageMaker's service principal, which the role's trust policy names; the trust policy is not
-    evaluated, see the README)."""
+    evaluated, see docs/local-mode.md)."""
     import boto3
 
     sts = boto3.client(

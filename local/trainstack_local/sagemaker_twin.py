@@ -36,7 +36,7 @@ For tests, `inject(InjectedFault(...))` gives the next jobs of a trial a fault o
 script's (trainstack_contract.fault_hooks) through the twin itself, never through a spec, which
 may not name those variables.
 
-What it does not reproduce is listed in the README ("The SageMaker twin").
+What it does not reproduce is listed in docs/local-mode.md ("What the twin does not reproduce").
 """
 
 from __future__ import annotations

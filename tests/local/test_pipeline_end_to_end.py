@@ -1,5 +1,5 @@
 """The whole pipeline offline: uploads and starts go through the synthesized state machine, its
-real handlers, and training jobs that really run (the README, "Pipeline")."""
+real handlers, and training jobs that really run (docs/concepts.md, "The pipeline")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The team queue end to end (the README, "Team queue"): runs go through the synthesized state machine
+"""The team queue end to end (docs/team-queue.md): runs go through the synthesized state machine
 and its real handlers into the Batch twin's queue, capped at 2 instances and shared by two teams of
 equal weight, and their jobs really train once the queue dispatches them."""
 

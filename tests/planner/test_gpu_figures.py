@@ -1,6 +1,6 @@
 """The planner against the built-in script's runs measured on one NVIDIA H200 (tools/gpu_check.py,
-2026-11-26; the README's "GPU check"): every row within 15% of its plan, memory and tokens/s, but the
-one the README names (FSDP2 with the unfused AdamW, which the planner does not model)."""
+2026-11-26; docs/benchmarks.md, "GPU check"): every row within 15% of its plan, memory and tokens/s, but the
+one that page names (FSDP2 with the unfused AdamW, which the planner does not model)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_each_measured_run_is_within_15_percent_of_its_plan(model, run, tokens_p
     assert abs(peak_gib / (plan.memory_bytes / GIB) - 1) <= WITHIN
     speed_ratio = tokens_per_sec / plan.tokens_per_sec
     if (model, run) in NOT_MODELLED:
-        assert speed_ratio < 1 - WITHIN  # the README says why; a planner that models it should drop this
+        assert speed_ratio < 1 - WITHIN  # docs/benchmarks.md says why; a planner that models it should drop this
     else:
         assert abs(speed_ratio - 1) <= WITHIN, speed_ratio
 
