@@ -20,7 +20,7 @@ export AWS_EC2_METADATA_DISABLED := true
 unexport PYTHONDONTWRITEBYTECODE
 export CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
-.PHONY: setup sdk synth lint test test-fast cost local fuzz bench-train bench-data bench-lambda image clean facts
+.PHONY: setup sdk synth lint test test-fast cost local fuzz bench-train bench-data bench-lambda image clean facts docs-reference
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed ## venv + pinned deps + npm ci (idempotent)
 	@:
@@ -105,6 +105,10 @@ system-packages: ## Debian's openmpi-bin and openssh-server, when missing
 	else \
 		echo "mpirun or /usr/sbin/sshd missing: sudo apt-get install -y --no-install-recommends openmpi-bin openssh-server" >&2; exit 1; \
 	fi
+
+# The docs site's reference pages, generated from the code they describe; a test keeps them current.
+docs-reference: setup ## regenerate docs/reference: the job spec's from its schema, the CLI's from its parser
+	$(PY) -m tools.docs_reference
 
 cost: synth ## the monthly idle cost of the synthesized stack, from tools/prices.json
 	$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json
