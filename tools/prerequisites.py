@@ -31,9 +31,18 @@ RUNTIMES = {
 # share of the package cache (torch and its CUDA libraries: 5 to 7 GB).
 ENVIRONMENTS_GB = 4
 RUNTIME_GB = 8
-# The SageMaker toolkit's MPI launcher (the tests run it): `make system-packages` installs them as root with apt.
-MPI_TOOLS = {"mpirun": "mpirun", "sshd": "/usr/sbin/sshd"}
-APT_PACKAGES = "openmpi-bin openssh-server"
+# What the tests need of Debian's packages, which `make system-packages` installs as root with apt (the
+# Makefile checks the same commands): (what, why, the commands, its apt packages, the fix without apt).
+SYSTEM_PACKAGES = (
+    (
+        "mpirun and /usr/sbin/sshd",
+        "the tests run the toolkit's MPI launcher",
+        ("mpirun", "/usr/sbin/sshd"),
+        "openmpi-bin openssh-server",
+        "install Open MPI and an OpenSSH server with its package manager",
+    ),
+    ("Chromium", "the docs site's test drives it headless", ("chromium",), "chromium", "install Chromium as `chromium` on PATH"),
+)
 
 
 def problems(command: str) -> list[str]:
@@ -53,15 +62,14 @@ def problems(command: str) -> list[str]:
         )
     for what, fix in prerequisites.missing():
         found.append(f"{what} (the SageMaker twin runs each emulated host in Linux namespaces): {fix}")
-    if command == "test" and not all(shutil.which(tool) for tool in MPI_TOOLS.values()):
+    for what, why, tools, packages, fix in SYSTEM_PACKAGES if command == "test" else ():
+        if all(shutil.which(tool) for tool in tools):
+            continue
         # Not a prerequisite where `make system-packages` can install them: as root, with apt.
         if os.geteuid() != 0:
-            found.append(f"mpirun and /usr/sbin/sshd (the tests run the toolkit's MPI launcher): apt-get install {APT_PACKAGES}")
+            found.append(f"{what} ({why}): apt-get install {packages}")
         elif shutil.which("apt-get") is None:
-            found.append(
-                "mpirun and /usr/sbin/sshd (the tests run the toolkit's MPI launcher; make test installs them with apt-get, "
-                "which this machine lacks): install Open MPI and an OpenSSH server with its package manager"
-            )
+            found.append(f"{what} ({why}; make test installs {packages} with apt-get, which this machine lacks): {fix}")
     for version in sorted({python for _, python in RUNTIMES[command]}):
         try:
             runtimes.find_python(version)

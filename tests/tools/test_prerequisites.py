@@ -35,6 +35,15 @@ CHECKED = (
 MACHINE_PYTHON = str(Path(sys.base_prefix) / "bin" / "python3")
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the tests take away what root has, which they must hold first")
+# Another user than root, who keeps the one capability that reads through folders (the interpreter may sit under /root).
+NOBODY = (
+    str(SETPRIV),
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+    "--inh-caps=+dac_read_search",
+    "--ambient-caps=+dac_read_search",
+)
 
 
 def test_the_runtimes_checked_are_the_ones_the_commands_build():
@@ -103,17 +112,8 @@ def test_without_unshare_on_the_path_both_commands_stop_before_installing(comman
 @pytest.mark.parametrize("command", ["local", "test"])
 def test_as_another_user_than_root_both_commands_stop_before_installing(command, tmp_path):
     repository = copy(tmp_path)
-    # The user keeps the one capability that reads through folders (the interpreter may sit under /root).
-    nobody = (
-        SETPRIV,
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        "--inh-caps=+dac_read_search",
-        "--ambient-caps=+dac_read_search",
-    )
 
-    lines = stopped_first(*make(command, repository, *nobody), repository, command)
+    lines = stopped_first(*make(command, repository, *NOBODY), repository, command)
 
     assert f"make {command} needs root {WHY}: run it as root, e.g. with sudo" in lines
 
@@ -152,10 +152,31 @@ def test_as_root_with_apt_mpirun_is_not_a_prerequisite_of_make_test(monkeypatch,
 
 
 @needs_root
+def test_as_root_with_apt_chromium_is_not_a_prerequisite_of_make_test(monkeypatch, tmp_path):
+    folder = tools_but(tmp_path)  # no chromium among them
+    if (apt := shutil.which("apt-get")) is None:
+        pytest.skip("make system-packages installs Chromium with apt-get, which this machine lacks")
+    (Path(folder) / "apt-get").symlink_to(apt)
+    monkeypatch.setenv("PATH", folder)
+
+    assert not [line for line in prerequisites.problems("test") if "Chromium" in line]
+
+
+@needs_root
+@pytest.mark.skipif(SETPRIV is None, reason="util-linux setpriv runs make as another user")
+def test_as_another_user_than_root_make_test_names_chromiums_apt_package(tmp_path):
+    repository = copy(tmp_path)
+
+    lines = stopped_first(*make("test", repository, *NOBODY, path=tools_but(tmp_path)), repository, "test")
+
+    assert "make test needs Chromium (the docs site's test drives it headless): apt-get install chromium" in lines
+
+
+@needs_root
 def test_as_root_without_apt_a_missing_mpirun_is_named(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", tools_but(tmp_path, "mpirun"))
 
     assert [line for line in prerequisites.problems("test") if "mpirun" in line] == [
-        "mpirun and /usr/sbin/sshd (the tests run the toolkit's MPI launcher; make test installs them with apt-get, "
-        "which this machine lacks): install Open MPI and an OpenSSH server with its package manager"
+        "mpirun and /usr/sbin/sshd (the tests run the toolkit's MPI launcher; make test installs openmpi-bin "
+        "openssh-server with apt-get, which this machine lacks): install Open MPI and an OpenSSH server with its package manager"
     ]
