@@ -7,6 +7,7 @@ a call answer AccessDenied, as IAM answers a caller without the permission."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -61,7 +62,8 @@ def test_every_check_passes_on_a_fresh_local_serve(served):
     assert by_check[BATCH_ROLE].endswith(
         ":role/aws-service-role/sagemaker-queuing.batch.amazonaws.com/AWSServiceRoleForAWSBatchWithSagemaker"
     )
-    assert by_check[TRACKING].startswith("trainstack-twin: Created, active")
+    # Created until a tracked job first starts it (another test of this module may have run one)
+    assert re.match(r"trainstack-twin: (Created|Started), active", by_check[TRACKING]), by_check[TRACKING]
     assert by_check[FUNCTIONS].startswith("5 functions on python3.13 as deployed, AWS_DATA_PATH=/var/task/aws_models")
     assert by_check[IMAGE].startswith(f"{DEFAULT_IMAGE} (sha256:")
     quotas = [r["detail"] for r in results if r["check"] == QUOTAS and r["status"] == PASSED]

@@ -50,7 +50,14 @@ def objects(served: Served, bucket: str) -> set[str]:
     return {item["Key"] for item in listed.get("Contents", [])}
 
 
+def executions(served: Served) -> list[str]:
+    machine = served.outputs["StateMachineArn"]
+    listed = served.aws_json("stepfunctions", "list-executions", "--state-machine-arn", machine)
+    return [execution["name"] for execution in listed["executions"]]
+
+
 def test_the_worst_case_is_asked_about_first_and_a_no_starts_nothing(served):
+    before = executions(served)  # this module's other smoke may have run first
     declined = smoke(served, answer="n\n")
 
     assert declined.returncode == 1
@@ -60,8 +67,7 @@ def test_the_worst_case_is_asked_about_first_and_a_no_starts_nothing(served):
     )
     assert "worst case $" in said and asked == "start it? [y/N] "
     assert declined.stderr == "trainstack smoke: nothing started\n"
-    machine = served.outputs["StateMachineArn"]
-    assert served.aws_json("stepfunctions", "list-executions", "--state-machine-arn", machine)["executions"] == []
+    assert executions(served) == before
 
 
 def test_smoke_stops_resumes_and_completes_a_run_and_lists_all_it_left(served):
