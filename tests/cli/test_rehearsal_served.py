@@ -94,6 +94,24 @@ def test_a_fault_the_twin_cannot_make_is_one_line_naming_the_fix(served):
     ]
 
 
+def test_intermittent_api_faults_need_fail_below_every_said_in_one_line(served):
+    result = served.trainstack(
+        "local", "fault", "api", "sagemaker:DescribeTrainingJob", "--code", "ServiceUnavailable", "--fail", "4", "--every", "4"
+    )
+    assert result.returncode == EXIT_BAD_INPUT
+    assert result.stderr.strip().splitlines() == [
+        "trainstack local: --fail 4 --every 4: fail must be at least 1 and below every, e.g. --fail 3 --every 4"
+    ]
+
+
+def test_an_intermittent_api_fault_needs_both_fail_and_every_said_in_one_line(served):
+    result = served.trainstack("local", "fault", "api", "sns:Publish", "--code", "ServiceUnavailable", "--fail", "3")
+    assert result.returncode == EXIT_BAD_INPUT
+    assert result.stderr.strip().splitlines() == [
+        "trainstack local: --fail and --every: give both, e.g. --fail 3 --every 4 (the first 3 of every 4 calls fail)"
+    ]
+
+
 def test_without_a_served_twin_a_fault_says_how_to_start_one(served):
     result = served.trainstack("local", "fault", "clear", AWS_ENDPOINT_URL="")
     assert result.returncode == EXIT_NO_STACK
