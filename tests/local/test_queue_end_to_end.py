@@ -4,7 +4,6 @@ equal weight, and their jobs really train once the queue dispatches them."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 
 import boto3
@@ -227,70 +226,3 @@ def test_a_preempted_queued_job_resumes_at_its_checkpoint_and_its_run_reports_on
     again = job_run(twin, resumed["training_job_name"])
     assert f"at step {checkpoint}, example position" in again.log("algo-1") and printed_steps(again)[0] > checkpoint
     assert trial["goodput"]["instance_seconds"]["billed"] > 0 and 0 < trial["goodput"]["goodput"] < 1
-
-
-# The pipeline's every call while a queued job trains, then its notification: each fails 3 of every 4
-# times (botocore's three attempts of one call all fail, then the next call is answered).
-INTERMITTENT = (("batch", "DescribeServiceJob"), ("sagemaker", "DescribeTrainingJob"), ("sns", "Publish"))
-
-
-def test_a_queued_job_trains_to_completion_through_a_minute_of_intermittent_control_plane_failures_with_no_restart(queued):
-    stack, _ = queued
-    for service, action in INTERMITTENT:
-        stack.faults.inject(service, action, "ServiceUnavailable", "Service unavailable.", seconds=60, fail=3, every=4)
-    try:
-        spec = job("flaky", share="research") | {"hyperparameters": {"model": "gpt-tiny", "max_steps": 200, "log_every": 10}}
-        execution = start_inline(stack, spec, "flaky")
-        run = finish(execution)
-    finally:
-        stack.faults.clear()
-    assert run.status == "SUCCEEDED"
-    assert all(stack.faults.answered(service, action) >= 3 for service, action in INTERMITTENT)
-    history = boto3.client("stepfunctions", region_name=REGION).get_execution_history(executionArn=execution, maxResults=1000)
-    described = [
-        json.loads(event["stateExitedEventDetails"]["output"])["job"]["status"]
-        for event in history["events"]
-        if event.get("stateExitedEventDetails", {}).get("name") == "Describe"
-    ]
-    assert "Unknown" in described  # failures botocore's retries did not absorb reached the pipeline, which asked again
-    (trial,) = notification(stack, execution)["trials"]  # published, on the fourth call
-    assert (trial["status"], trial["restarts"], trial["preemptions"]) == ("Completed", 0, 0)
-    (attempt,) = trial["attempts"]
-    assert (attempt["status"], attempt["decision"]) == ("Completed", "")
-    assert len([j for j in training_jobs() if "flaky" in j["TrainingJobName"]]) == 1  # neither stopped nor created again
-
-
-STOP_CALLS = (
-    ("sagemaker", "ListTrainingJobs"),
-    ("batch", "ListServiceJobs"),
-    ("batch", "DescribeServiceJob"),
-    ("batch", "TerminateServiceJob"),
-)
-
-
-def test_a_stopped_runs_waiting_job_is_terminated_while_the_stop_functions_calls_fail_intermittently(queued):
-    stack, _ = queued
-    set_environment(stack, "DISABLED")  # nothing is dispatched: the job waits in the queue
-    try:
-        execution = start_inline(stack, job("flakystop", share="prod"), "flakystop")
-        (waiting,) = poll_until(
-            lambda: [j for j in run_of(stack, "flakystop") if j["status"] == "RUNNABLE"], timeout=60, what="the job to wait"
-        )
-        for service, action in STOP_CALLS:
-            stack.faults.inject(service, action, "ThrottlingException", "Rate exceeded", seconds=60, fail=3, every=4)
-        boto3.client("stepfunctions", region_name=REGION).stop_execution(executionArn=execution)
-        assert finish(execution).status == "ABORTED"
-        terminated = f"flakystop ABORTED: terminated {waiting['jobName']}"
-        stop_log = poll_until(
-            lambda: function_log("trainstack-stop"),
-            lambda lines: any(line.startswith(terminated) for line in lines),
-            timeout=60,
-            what="the Stop rule to terminate the waiting job",
-        )
-    finally:
-        stack.faults.clear()
-        set_environment(stack, "ENABLED")
-    assert all(stack.faults.answered(service, action) >= 3 for service, action in STOP_CALLS)
-    assert any("ThrottlingException" in line and "asking again" in line for line in stop_log)
-    ended = batch().describe_service_job(jobId=waiting["jobId"])
-    assert (ended["status"], ended["isTerminated"]) == ("FAILED", True) and "latestAttempt" not in ended
