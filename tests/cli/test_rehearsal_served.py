@@ -120,6 +120,8 @@ def test_describe_failing_for_a_while_leaves_the_job_training_to_completion_with
     assert ended["status"] == "SUCCEEDED"
     (trial,) = ended["trials"]  # one job: neither stopped nor created again
     assert (trial["status"], trial["attempt"]) == ("Completed", 0)
+    unread = unread_polls(served, run)  # the outage did reach the pipeline, whose polls read no status and asked again
+    assert any(why.startswith("not read: DescribeTrainingJob: ServiceUnavailable") for why in unread), unread
 
 
 def test_a_spot_reclaim_is_sagemakers_to_restart_and_the_job_resumes_from_its_checkpoint(served, tmp_path):
