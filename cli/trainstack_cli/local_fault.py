@@ -22,7 +22,7 @@ def rehearse(args: argparse.Namespace) -> int:
             EXIT_NO_STACK,
         )
     given = {"kind": args.kind, "target": args.target, "code": args.code, "for": args.for_, "times": args.times}
-    given.update(rank=args.rank, step=args.step, host=args.host)
+    given.update(fail=args.fail, every=args.every, rank=args.rank, step=args.step, host=args.host)
     body = {name: value for name, value in given.items() if value is not None}
     request = urllib.request.Request(
         endpoint.rstrip("/") + FAULT_PATH,

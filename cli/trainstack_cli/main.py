@@ -160,6 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
     fault.add_argument("--code", help="api: the error code AWS answers, e.g. ServiceUnavailable, ThrottlingException")
     fault.add_argument("--for", dest="for_", help="api: for how long, e.g. 90s, 3m (default: until cleared or --times)")
     fault.add_argument("--times", type=int, help="how many calls (api), jobs (capacity, hang, nan, transport)")
+    fault.add_argument(
+        "--fail",
+        type=int,
+        metavar="N",
+        help="api, with --every M: fail intermittently; counted from the fault on, of every M calls of the action "
+        "(each of botocore's attempts is one, whoever calls) the first N fail and the rest are answered "
+        "(default: every call fails)",
+    )
+    fault.add_argument(
+        "--every", type=int, metavar="M", help="api, with --fail N: how many calls make one cycle, of which the first N fail"
+    )
     fault.add_argument("--rank", type=int, default=0, help="hang, nan, transport: the rank (default 0)")
     fault.add_argument("--step", type=int, help="hang, nan, transport: the step")
     fault.add_argument("--host", help="hang, nan, transport: one host, e.g. algo-2 (default: every host)")

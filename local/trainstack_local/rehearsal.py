@@ -2,8 +2,10 @@
 twin makes it for the tests, so that what trainstack does about it can be watched before it happens
 on AWS:
 
-- `api SERVICE:Action --code CODE [--for DURATION] [--times N]`: the control plane answers that
-  error (with the HTTP status AWS gives it), for a while or a number of times;
+- `api SERVICE:Action --code CODE [--for DURATION] [--times N] [--fail N --every M]`: the control
+  plane answers that error (with the HTTP status AWS gives it), for a while or a number of times;
+  with `--fail N --every M`, intermittently: the action's calls are counted from the fault on (each
+  of botocore's attempts is a call, whoever makes it), and of every M the first N fail;
 - `spot JOB`: a spot reclaim of a training job (SIGTERM to each host's PID 1, SIGKILL after the
   grace, then the whole job again on fresh hosts from its checkpoints);
 - `capacity TYPE [--times N]`: the next jobs on the type fail for capacity;
@@ -72,9 +74,12 @@ def apply_fault(request: dict[str, Any], stack: LocalStack, twin: SageMakerTwin)
                 "api: give SERVICE:Action and --code, e.g. sagemaker:DescribeTrainingJob --code ServiceUnavailable"
             )
         seconds = parse_duration(request["for"]) if request.get("for") else None
-        stack.faults.inject(service, action, code, request.get("message") or "rehearsed fault", times=times, seconds=seconds)
+        fail, every = _intermittent(request.get("fail"), request.get("every"))
+        message = request.get("message") or "rehearsed fault"
+        stack.faults.inject(service, action, code, message, times=times, seconds=seconds, fail=fail, every=every)
+        how_often = f" to the first {fail} of every {every} calls" if every > 1 else ""
         how_long = f" for {request['for']}" if seconds else ("" if times < 0 else f" {times} times")
-        return f"{service} {action} answers {code}{how_long}"
+        return f"{service} {action} answers {code}{how_often}{how_long}"
     if kind == "spot":
         if target not in twin.runs or twin.runs[target].job.training_job_status != "InProgress":
             raise RehearsalError(f"spot: {target} is no training job in progress; name one `trainstack status` shows")
@@ -144,6 +149,18 @@ def _times(value: Any) -> int:
     if not isinstance(value, int) or value < 1:
         raise RehearsalError("times: give a whole number from 1, e.g. --times 3")
     return value
+
+
+def _intermittent(fail: Any, every: Any) -> tuple[int, int]:
+    """Of every `every` calls, the first `fail` fail; (1, 1), every call failing, where neither is given
+    (`fail` as large as `every` would fail every call too, which needs neither)."""
+    if fail is None and every is None:
+        return 1, 1
+    if fail is None or every is None:
+        raise RehearsalError("--fail and --every: give both, e.g. --fail 3 --every 4 (the first 3 of every 4 calls fail)")
+    if not (isinstance(fail, int) and isinstance(every, int) and 1 <= fail < every):
+        raise RehearsalError(f"--fail {fail} --every {every}: fail must be at least 1 and below every, e.g. --fail 3 --every 4")
+    return fail, every
 
 
 def _whole(value: Any, name: str) -> int:

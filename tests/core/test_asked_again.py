@@ -2,8 +2,8 @@
 Publish (the run's notification), and every call of Stop (invoked asynchronously by EventBridge: a
 failed invocation leaves the run's jobs billed until Lambda's own retries or its dead-letter queue).
 Asserted with botocore's Stubber on the exact calls (each stubbed error is one answer: Stubber takes
-botocore's own retries out); the twin runs them under intermittent failures end to end
-(tests/local/test_queue_end_to_end.py)."""
+botocore's own retries out); the served twin runs them under intermittent failures end to end, as
+a user rehearses them (tests/cli/test_rehearsal_served.py)."""
 
 from __future__ import annotations
 
