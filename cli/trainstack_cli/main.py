@@ -158,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="SERVICE:Action (api), a training job (spot), a type (capacity), a run or service job (preempt), a job prefix",
     )
     fault.add_argument("--code", help="api: the error code AWS answers, e.g. ServiceUnavailable, ThrottlingException")
-    fault.add_argument("--for", dest="for_", help="api: for how long, e.g. 90s, 3m (default: until cleared or --times)")
+    fault.add_argument(
+        "--for", dest="for_", metavar="DURATION", help="api: for how long, e.g. 90s, 3m (default: until cleared or --times)"
+    )
     fault.add_argument("--times", type=int, help="how many calls (api), jobs (capacity, hang, nan, transport)")
     fault.add_argument(
         "--fail",
