@@ -30,7 +30,7 @@ CHROMIUM_FLAGS = [
 ]
 # A page, or the search worker's first answer, comes in well under a second; a failure shows in 15 s
 # rather than Playwright's default 30.
-WAIT_MS = 15_000
+WAIT_MS = 60_000  # a page, or the search index its web worker builds, on two busy cores (15 s timed out in a CI run)
 
 
 class QuietHandler(SimpleHTTPRequestHandler):
