@@ -141,25 +141,21 @@ def test_a_machine_with_everything_is_told_nothing():
 
 
 @needs_root
-def test_as_root_with_apt_mpirun_is_not_a_prerequisite_of_make_test(monkeypatch, tmp_path):
-    folder = tools_but(tmp_path, "mpirun")
+@pytest.mark.parametrize(
+    ("left_out", "named"),
+    [(("mpirun",), "mpirun"), ((), "Chromium")],  # tools_but never gives chromium
+    ids=["open-mpi", "chromium"],
+)
+def test_as_root_with_apt_what_make_system_packages_installs_is_not_a_prerequisite_of_make_test(
+    monkeypatch, tmp_path, left_out, named
+):
+    folder = tools_but(tmp_path, *left_out)
     if (apt := shutil.which("apt-get")) is None:
-        pytest.skip("make system-packages installs Open MPI with apt-get, which this machine lacks")
+        pytest.skip(f"make system-packages installs {named} with apt-get, which this machine lacks")
     (Path(folder) / "apt-get").symlink_to(apt)
     monkeypatch.setenv("PATH", folder)
 
-    assert not [line for line in prerequisites.problems("test") if "mpirun" in line]
-
-
-@needs_root
-def test_as_root_with_apt_chromium_is_not_a_prerequisite_of_make_test(monkeypatch, tmp_path):
-    folder = tools_but(tmp_path)  # no chromium among them
-    if (apt := shutil.which("apt-get")) is None:
-        pytest.skip("make system-packages installs Chromium with apt-get, which this machine lacks")
-    (Path(folder) / "apt-get").symlink_to(apt)
-    monkeypatch.setenv("PATH", folder)
-
-    assert not [line for line in prerequisites.problems("test") if "Chromium" in line]
+    assert not [line for line in prerequisites.problems("test") if named in line]
 
 
 @needs_root
