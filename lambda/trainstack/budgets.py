@@ -8,8 +8,9 @@ lift it (it is the platform's cap, not the spec's own `budget`)."""
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +22,27 @@ from trainstack.service_jobs import QUEUED
 from trainstack.stack_context import StackContext
 
 Clients = Callable[[str], Any]
+# How each AWS call of a budget's read is made: (what it reads, the call) -> its answer. Validate asks
+# each call again on its own while AWS fails on its side (environment.asked_again), so one failing call
+# of the month's many never throws away the others' answers; the CLI makes each call once.
+Ask = Callable[[str, Callable[[], Any]], Any]
 IN_PROGRESS = "InProgress"
+
+
+def asked_once(subject: str, call: Callable[[], Any]) -> Any:
+    """The call's answer; its error is the caller's."""
+    return call()
+
+
+def _listed(ask: Ask, subject: str, list_call: Callable[..., dict[str, Any]], items: str, token: str) -> Iterator[Any]:
+    """Each item of a paged listing, each page asked for with `ask` (a paginator would start over)."""
+    following: dict[str, str] = {}
+    while True:
+        page = ask(subject, functools.partial(list_call, **following))
+        yield from page[items]
+        if not page.get(token):
+            return
+        following = {token: page[token]}
 
 
 @dataclass(frozen=True)
@@ -80,6 +101,7 @@ def team_budget(
     jobs_in_progress: Iterable[dict[str, Any]],
     queue_arn: str = "",
     now: datetime | None = None,
+    ask: Ask = asked_once,
 ) -> TeamBudget:
     """The team's month: its ended jobs created this month, its jobs in progress (the account's, read
     once for the quotas) and, with a team queue, its jobs waiting there (their requests)."""
@@ -88,36 +110,42 @@ def team_budget(
     committed = [
         (job["TrainingJobName"], job_worst_case_usd(job))
         for job in jobs_in_progress
-        if job_team(sagemaker, job["TrainingJobArn"]) == team
+        if job_team(sagemaker, job["TrainingJobArn"], ask) == team
     ]
-    ended = team_jobs_of_month(sagemaker, team, now or datetime.now(UTC), ended_only=True)
+    ended = team_jobs_of_month(sagemaker, team, now or datetime.now(UTC), ended_only=True, ask=ask)
     spent = [(job["TrainingJobName"], job_billed_usd(job)) for job in ended]
     if queue_arn:
         batch = clients("batch")
         share = [{"name": "SHARE_IDENTIFIER", "values": [team]}]
         for status in QUEUED:  # a dispatched job is a training job in progress, counted above
-            pages = batch.get_paginator("list_service_jobs").paginate(jobQueue=queue_arn, jobStatus=status, filters=share)
-            for summary in (job for page in pages for job in page["jobSummaryList"]):
-                request = json.loads(batch.describe_service_job(jobId=summary["jobId"])["serviceRequestPayload"])
-                committed.append((summary["jobName"], job_worst_case_usd(request)))
+            listing = functools.partial(batch.list_service_jobs, jobQueue=queue_arn, jobStatus=status, filters=share)
+            subject = f"ListServiceJobs {status} (team {team}'s budget)"
+            for summary in _listed(ask, subject, listing, "jobSummaryList", "nextToken"):
+                describe = functools.partial(batch.describe_service_job, jobId=summary["jobId"])
+                described = ask(f"DescribeServiceJob {summary['jobId']} (team {team}'s budget)", describe)
+                committed.append((summary["jobName"], job_worst_case_usd(json.loads(described["serviceRequestPayload"]))))
     return TeamBudget(team, monthly_usd, tuple(spent), tuple(committed))
 
 
-def job_team(sagemaker: Any, arn: str) -> str | None:
+def job_team(sagemaker: Any, arn: str, ask: Ask = asked_once) -> str | None:
     """The team a training job is, by its trainstack:team tag (None: a job trainstack did not create)."""
-    return {t["Key"]: t["Value"] for t in sagemaker.list_tags(ResourceArn=arn).get("Tags", [])}.get(TAG_TEAM)
+    tags = ask(f"ListTags {arn}", functools.partial(sagemaker.list_tags, ResourceArn=arn)).get("Tags", [])
+    return {t["Key"]: t["Value"] for t in tags}.get(TAG_TEAM)
 
 
-def team_jobs_of_month(sagemaker: Any, team: str, now: datetime, ended_only: bool = False) -> list[dict[str, Any]]:
+def team_jobs_of_month(
+    sagemaker: Any, team: str, now: datetime, ended_only: bool = False, ask: Ask = asked_once
+) -> list[dict[str, Any]]:
     """DescribeTrainingJob of each job the team created in `now`'s month (UTC), by its trainstack:team
     tag; `ended_only`: those no longer in progress (whose billed time SageMaker has reported)."""
     described = []
-    pages = sagemaker.get_paginator("list_training_jobs").paginate(CreationTimeAfter=month_start(now))
-    for summary in (job for page in pages for job in page["TrainingJobSummaries"]):
+    listing = functools.partial(sagemaker.list_training_jobs, CreationTimeAfter=month_start(now))
+    for summary in _listed(ask, "ListTrainingJobs (the month's jobs)", listing, "TrainingJobSummaries", "NextToken"):
         if ended_only and summary["TrainingJobStatus"] == IN_PROGRESS:
             continue
-        if job_team(sagemaker, summary["TrainingJobArn"]) == team:
-            described.append(sagemaker.describe_training_job(TrainingJobName=summary["TrainingJobName"]))
+        if job_team(sagemaker, summary["TrainingJobArn"], ask) == team:
+            describe = functools.partial(sagemaker.describe_training_job, TrainingJobName=summary["TrainingJobName"])
+            described.append(ask(f"DescribeTrainingJob {summary['TrainingJobName']}", describe))
     return described
 
 
@@ -166,14 +194,14 @@ def team_month(team: str, described: Iterable[dict[str, Any]], now: datetime) ->
 
 
 def stack_team_budget(
-    clients: Clients, stack: StackContext, team: str, jobs_in_progress: Iterable[dict[str, Any]]
+    clients: Clients, stack: StackContext, team: str, jobs_in_progress: Iterable[dict[str, Any]], ask: Ask = asked_once
 ) -> TeamBudget | None:
     """The team's month against the budget the stack gives it (Validate's, and `submit`'s before
     anything is uploaded); None where the team has none."""
     monthly = stack.budget_of(team)
     if monthly is None:
         return None
-    return team_budget(clients, team, monthly, jobs_in_progress, stack.job_queue_arn)
+    return team_budget(clients, team, monthly, jobs_in_progress, stack.job_queue_arn, ask=ask)
 
 
 def budget_problems(budget: TeamBudget | None, worst_case_usd: float | None) -> list[Problem]:

@@ -240,8 +240,6 @@ def test_a_queued_job_trains_to_completion_through_intermittent_control_plane_fa
     try:
         for action in INTERMITTENT:
             fault(served, "api", action, "--code", "ServiceUnavailable", "--fail", "3", "--every", "4")
-        # Team prod's, which has no budget: Validate reads a budgeted team's jobs of the month with
-        # DescribeTrainingJob, one call per job, and needs every one answered in a single invocation.
         run = submit(served, tmp_path, "flaky", steps=200, share="prod")
         # Followed on Step Functions alone: a user's own reads of the job would count among the failing calls.
         ended = execution_end(served, run)
@@ -258,6 +256,29 @@ def test_a_queued_job_trains_to_completion_through_intermittent_control_plane_fa
     assert (notified["status"], notified["restarts"], notified["preemptions"]) == ("Completed", 0, 0)
     (attempt,) = notified["attempts"]
     assert (attempt["status"], attempt["decision"]) == ("Completed", "")
+
+
+# What Validate calls once per job of the month to read a budgeted team's month: each fails 3 of every 4
+# times, so every call needs asking again (one Validate that started over at each failing call would
+# spend the state machine's retries on the month's first jobs and never reach the last).
+BUDGET_CALLS = ("sagemaker:ListTags", "sagemaker:DescribeTrainingJob")
+
+
+def test_a_budgeted_teams_run_passes_validate_while_the_calls_reading_its_month_fail_intermittently(served_queue, tmp_path):
+    served = served_queue
+    month = [submit(served, tmp_path, f"month{index}", steps=10, share="research") for index in range(2)]
+    assert [execution_end(served, run) for run in month] == ["SUCCEEDED", "SUCCEEDED"]  # research's jobs of the month
+    try:
+        for action in BUDGET_CALLS:
+            fault(served, "api", action, "--code", "ServiceUnavailable", "--fail", "3", "--every", "4")
+        run = submit(served, tmp_path, "budgeted", steps=10, share="research")
+        ended = execution_end(served, run)
+    finally:
+        fault(served, "clear")
+    assert ended == "SUCCEEDED"
+    asked_again = [line for line in function_log(served, "trainstack-validate") if "asking again" in line]
+    for call in ("ListTags", "DescribeTrainingJob"):
+        assert any(line.startswith(f"{call} ") and ": ServiceUnavailable" in line for line in asked_again), (call, asked_again)
 
 
 def set_queue(served: Served, state: str) -> None:

@@ -1,6 +1,8 @@
 """The calls whose failure would lose an event are asked again while AWS fails on its side: Notify's
 Publish (the run's notification), and every call of Stop (invoked asynchronously by EventBridge: a
 failed invocation leaves the run's jobs billed until Lambda's own retries or its dead-letter queue).
+So is each of the calls Validate makes per job of the month to read a budgeted team's month: started
+over at each failure, a month of many jobs would never be read whole.
 Asserted with botocore's Stubber on the exact calls (each stubbed error is one answer: Stubber takes
 botocore's own retries out); the served twin runs them under intermittent failures end to end, as
 a user rehearses them (tests/cli/test_rehearsal_served.py)."""
@@ -10,12 +12,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from botocore.stub import ANY
 
 from tests.core.stubbed import ENVIRONMENT, stubbed_clients
+from tests.core.test_handlers import _description
 from tests.core.test_queue_handlers import ENVIRONMENT as QUEUE_ENVIRONMENT
 from tests.core.test_queue_handlers import _service_job, _summary
+from trainstack.budgets import team_budget
 from trainstack.errors import ControlPlaneError
 from trainstack.handlers import notify, stop
+from trainstack.handlers.environment import asked_again, client
 from trainstack.identity import Run
 from trainstack.workflow import IN_FUNCTION_RETRY
 
@@ -108,3 +114,43 @@ def test_stop_asks_again_for_the_runs_service_jobs_and_terminates_them(queued):
     _unavailable(stubbed["batch"], "terminate_service_job", 2)
     stubbed["batch"].add_response("terminate_service_job", {}, {"jobId": "job-1", "reason": "exec-1 ABORTED"})
     assert _stop()["stopped"] == [name]
+
+
+def _month_page(*jobs: tuple[str, str], token: str | None = None) -> dict:
+    arn = "arn:aws:sagemaker:us-east-1:1:training-job/{}"
+    summaries = [
+        {"TrainingJobName": n, "TrainingJobArn": arn.format(n), "CreationTime": "2026-11-02", "TrainingJobStatus": status}
+        for n, status in jobs
+    ]
+    return {"TrainingJobSummaries": summaries, **({"NextToken": token} if token else {})}
+
+
+def _tagged(team: str) -> dict:
+    return {"Tags": [{"Key": "trainstack:team", "Value": team}]}
+
+
+def test_a_budgets_month_is_read_asking_each_page_tag_and_description_again_on_its_own(stubbed):
+    sagemaker = stubbed["sagemaker"]
+    _unavailable(sagemaker, "list_training_jobs", 1)
+    sagemaker.add_response("list_training_jobs", _month_page(("a", "Completed"), token="page2"))
+    _unavailable(sagemaker, "list_tags", 1)
+    sagemaker.add_response("list_tags", _tagged("research"))
+    _unavailable(sagemaker, "describe_training_job", 1)
+    billed_a = {**_description("Completed"), "TrainingJobName": "a", "BillableTimeInSeconds": 3600}
+    sagemaker.add_response("describe_training_job", billed_a, {"TrainingJobName": "a"})
+    _unavailable(sagemaker, "list_training_jobs", 1)  # the second page, asked again with its token
+    sagemaker.add_response(
+        "list_training_jobs",
+        _month_page(("b", "Completed"), ("c", "Completed")),
+        {"CreationTimeAfter": ANY, "NextToken": "page2"},
+    )
+    sagemaker.add_response("list_tags", _tagged("prod"))  # another team's: not described
+    _unavailable(sagemaker, "list_tags", 1)
+    sagemaker.add_response("list_tags", _tagged("research"))
+    billed_c = {**billed_a, "TrainingJobName": "c", "BillableTimeInSeconds": 1800}
+    sagemaker.add_response("describe_training_job", billed_c, {"TrainingJobName": "c"})
+
+    budget = team_budget(client, "research", 500.0, [], ask=asked_again)
+
+    (a, a_usd), (c, c_usd) = budget.spent
+    assert (a, c) == ("a", "c") and a_usd == pytest.approx(2 * c_usd) and a_usd > 0

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from trainstack.errors import SpecInvalidError
-from trainstack.handlers.environment import client, control_plane_retried, environment
+from trainstack.handlers.environment import asked_again, client, control_plane_retried, environment
 from trainstack.identity import Run
 from trainstack.s3uri import count_objects
 from trainstack.stack_context import StackContext
@@ -78,11 +78,12 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
 
 
 def _budget(stack: StackContext, team: str, account: AccountView) -> TeamBudget | None:
-    """The team's month against its budget; None without one. AWS failing on its side is retried."""
+    """The team's month against its budget; None without one. Each of its calls (one per job of the
+    month) is asked again on its own while AWS fails on its side; one still failing is ControlPlaneError,
+    which the state machine retries."""
     from trainstack.budgets import stack_team_budget
 
-    with control_plane_retried(f"team {team}'s jobs (its budget)"):
-        return stack_team_budget(client, stack, team, account.jobs_in_progress)
+    return stack_team_budget(client, stack, team, account.jobs_in_progress, ask=asked_again)
 
 
 def _object_counter() -> Callable[[str], int]:
