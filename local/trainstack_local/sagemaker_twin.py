@@ -12,7 +12,10 @@ its own checkpoint directory. What the twin does the way SageMaker does it:
   every N-th object of the sorted keys (SageMaker promises "about 1/N of the objects");
 - the checkpoint directory of every host is restored from the job's CheckpointConfig S3 prefix
   (the whole prefix onto every host: a plain string prefix, as SageMaker matches it) and uploaded
-  file by file while the job runs and once more when the container has exited;
+  file by file while the job runs and once more when the container has exited; a file deleted from
+  a host's checkpoint directory (restored or written there) is deleted from the prefix ("If a
+  checkpoint is deleted in the SageMaker AI container, it will also be deleted in the S3 folder",
+  the SageMaker guide's "Checkpoints in Amazon SageMaker AI"), so a pruned checkpoint never comes back;
 - the container's entry is `AlgorithmSpecification.ContainerEntrypoint` if the request has one,
   else the image's own entry (the framework images': `bash -m start_with_right_hostname.sh train`),
   run as PID 1 of the host's PID namespace with the image's environment plus the request's;
@@ -332,6 +335,9 @@ class JobRun:
             local = self._in_container(opt_ml, self.job.checkpoint_config.get("LocalPath") or "/opt/ml/checkpoints")
             uri = self.job.checkpoint_config["S3Uri"]
             _download_keys(self.s3, uri, _keys(self.s3, uri), local)
+            # What was restored is the host's as much as what it writes: deleted, it goes from S3 too.
+            synced = self.twin.uploaded.setdefault((self.name, host, attempt.index), {})
+            synced.update(_signatures(local))
         bin_dir = root / "bin"
         bin_dir.mkdir(parents=True, exist_ok=True)
         gpus = self.twin.gpus(self.instance_type)
@@ -544,8 +550,8 @@ class JobRun:
             attempt.logged[host_container.host] = sent + len(complete)
 
     def _sync_checkpoints(self, attempt: _Attempt) -> None:
-        """Upload each host's new or changed checkpoint files to the one S3 prefix (deletions are not
-        propagated: a file pruned on a host stays in S3 and comes back on the next restore)."""
+        """Upload each host's new or changed checkpoint files to the one S3 prefix, and delete there
+        each file the host held (restored or uploaded) that is gone from its directory."""
         if not self.job.checkpoint_config:
             return
         s3 = self.s3
@@ -770,24 +776,41 @@ def _put(s3: Any, uri: str, body: bytes) -> None:
         s3.put_object(Bucket=bucket, Key=key, Body=body)
 
 
-def _upload_tree(s3: Any, local: Path, uri: str, uploaded: dict[str, tuple[int, int]] | None = None) -> None:
-    """Upload files that are new or changed since the last call (by size and mtime)."""
-    if not local.is_dir():
-        return
-    bucket, prefix = split_s3_uri(uri)
-    for path in sorted(p for p in local.rglob("*") if p.is_file()):
-        relative = path.relative_to(local).as_posix()
+def _signatures(local: Path) -> dict[str, tuple[int, int]]:
+    """Each file under `local` (its path relative to it) with its size and mtime."""
+    found = {}
+    for path in local.rglob("*"):
         try:
             stat = path.stat()
         except FileNotFoundError:  # pruned while we looked
             continue
-        signature = (stat.st_size, stat.st_mtime_ns)
-        if uploaded is not None and uploaded.get(relative) == signature:
+        if path.is_file():
+            found[path.relative_to(local).as_posix()] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def _upload_tree(s3: Any, local: Path, uri: str, synced: dict[str, tuple[int, int]] | None = None) -> None:
+    """Upload files that are new or changed since the last call (by size and mtime); with `synced`
+    (what the host holds in S3 so far), also delete from S3 each of those files gone from `local`."""
+    if not local.is_dir():
+        return
+    bucket, prefix = split_s3_uri(uri)
+
+    def key(relative: str) -> str:
+        return f"{prefix.rstrip('/')}/{relative}" if prefix else relative
+
+    present = _signatures(local)
+    for relative, signature in sorted(present.items()):
+        if synced is not None and synced.get(relative) == signature:
             continue
         try:
-            body = path.read_bytes()
-        except FileNotFoundError:
+            body = (local / relative).read_bytes()
+        except FileNotFoundError:  # pruned since
             continue
-        _put(s3, f"s3://{bucket}/{prefix.rstrip('/')}/{relative}" if prefix else f"s3://{bucket}/{relative}", body)
-        if uploaded is not None:
-            uploaded[relative] = signature
+        _put(s3, f"s3://{bucket}/{key(relative)}", body)
+        if synced is not None:
+            synced[relative] = signature
+    for relative in sorted(set(synced or ()) - set(present)):
+        with _moving("upload", "delete object", f"s3://{bucket}/{key(relative)}"):
+            s3.delete_object(Bucket=bucket, Key=key(relative))
+        del synced[relative]

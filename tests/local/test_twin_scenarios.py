@@ -228,6 +228,14 @@ def test_a_shard_of_a_non_zero_node_missing_from_s3_makes_every_host_use_the_pre
     assert min(printed_steps(run)) == 4
 
 
+def test_a_checkpoint_the_job_prunes_is_deleted_from_s3_as_sagemaker_deletes_it(twin_stack):
+    stack, _ = twin_stack
+    job = spec("pruned", hosts=2, max_steps=9, checkpoint_every=3)  # saves at steps 3, 6 and 9; each host keeps 2
+    assert finish(start_inline(stack, job, "pruned-1"), timeout=300).status == "SUCCEEDED"
+    keys = checkpoint_keys(job_name(stack, job, "pruned-1"))
+    assert {key.split("/", 1)[0] for key in keys if key.startswith("step_")} == {"step_00000006", "step_00000009"}
+
+
 def test_a_sweep_run_one_trial_at_a_time_trains_every_trial_from_step_zero_with_its_own_hyperparameters(twin_stack):
     stack, twin = twin_stack
     # one process per job (a CPU type): what is checked is the order and the hyperparameters, not the world
