@@ -11,9 +11,12 @@ typed here. A new account has 0 for most GPU types (amazon-sagemaker-examples #5
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from trainstack.calls import Ask, asked_once, listed
 
 SERVICE_CODE = "sagemaker"
 TRAINING = "training job usage"
@@ -58,8 +61,8 @@ class AccountView:
     subnet_zones: tuple[str, ...] = ()  # the AZ IDs of the stack's training subnets
     unreadable: tuple[str, ...] = ()
     # DescribeTrainingJob of each of the account's jobs in progress (what the in-use counts come from;
-    # a team's budget reads what they may still cost, budgets.py)
-    jobs_in_progress: tuple[dict[str, Any], ...] = ()
+    # a team's budget reads what they may still cost, budgets.py); None where they could not be read
+    jobs_in_progress: tuple[dict[str, Any], ...] | None = ()
 
     def quota(self, instance_type: str, usage: str) -> Quota | None:
         return None if self.quotas is None else self.quotas.get(quota_name(instance_type, usage))
@@ -78,11 +81,16 @@ def read_account(clients: Clients, region: str, instance_types: Iterable[str], s
     types = sorted(set(instance_types))
     unreadable: list[str] = []
     quotas = _read("Service Quotas (the account's quotas: not checked)", unreadable, lambda: _quotas(clients, types))
-    jobs = _read("SageMaker training jobs in progress (in use: not counted)", unreadable, lambda: _in_progress(clients)) or []
+    jobs = _read(
+        "SageMaker training jobs in progress (in use: not counted)",
+        unreadable,
+        lambda: described_in_progress(clients("sagemaker")),
+    )
     offerings = _read("EC2 instance type offerings (not checked)", unreadable, lambda: _offerings(clients, types))
     subnets = list(subnet_ids)
     zones = _read("the training subnets (their AZ: not checked)", unreadable, lambda: _subnet_zones(clients, subnets))
-    return AccountView(region, quotas, _in_use(jobs), offerings, zones or (), tuple(unreadable), tuple(jobs))
+    in_progress = None if jobs is None else tuple(jobs)
+    return AccountView(region, quotas, _in_use(jobs or []), offerings, zones or (), tuple(unreadable), in_progress)
 
 
 def _read(what: str, unreadable: list[str], read: Callable[[], Any]) -> Any:
@@ -110,16 +118,15 @@ def _quotas(clients: Clients, types: list[str]) -> dict[str, Quota]:
     return found
 
 
-def _in_progress(clients: Clients) -> list[dict[str, Any]]:
+def described_in_progress(sagemaker: Any, ask: Ask = asked_once) -> list[dict[str, Any]]:
     """DescribeTrainingJob of every training job of the account in progress (a queued job of the team
-    queue has none until Batch dispatches it)."""
-    sagemaker = clients("sagemaker")
-    pages = sagemaker.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress")
-    return [
-        sagemaker.describe_training_job(TrainingJobName=summary["TrainingJobName"])
-        for page in pages
-        for summary in page["TrainingJobSummaries"]
-    ]
+    queue has none until Batch dispatches it), each call made with `ask`."""
+    listing = functools.partial(sagemaker.list_training_jobs, StatusEquals="InProgress")
+    described = []
+    for summary in listed(ask, "ListTrainingJobs InProgress", listing, "TrainingJobSummaries", "NextToken"):
+        describe = functools.partial(sagemaker.describe_training_job, TrainingJobName=summary["TrainingJobName"])
+        described.append(ask(f"DescribeTrainingJob {summary['TrainingJobName']}", describe))
+    return described
 
 
 def _in_use(jobs: list[dict[str, Any]]) -> dict[str, int]:

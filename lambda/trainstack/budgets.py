@@ -10,39 +10,21 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from trainstack.account import described_in_progress
 from trainstack.billing import billed_usd
+from trainstack.calls import Ask, asked_once, listed
 from trainstack.identity import TAG_TEAM
 from trainstack.rules.problems import Problem
 from trainstack.service_jobs import QUEUED
 from trainstack.stack_context import StackContext
 
 Clients = Callable[[str], Any]
-# How each AWS call of a budget's read is made: (what it reads, the call) -> its answer. Validate asks
-# each call again on its own while AWS fails on its side (environment.asked_again), so one failing call
-# of the month's many never throws away the others' answers; the CLI makes each call once.
-Ask = Callable[[str, Callable[[], Any]], Any]
 IN_PROGRESS = "InProgress"
-
-
-def asked_once(subject: str, call: Callable[[], Any]) -> Any:
-    """The call's answer; its error is the caller's."""
-    return call()
-
-
-def _listed(ask: Ask, subject: str, list_call: Callable[..., dict[str, Any]], items: str, token: str) -> Iterator[Any]:
-    """Each item of a paged listing, each page asked for with `ask` (a paginator would start over)."""
-    following: dict[str, str] = {}
-    while True:
-        page = ask(subject, functools.partial(list_call, **following))
-        yield from page[items]
-        if not page.get(token):
-            return
-        following = {token: page[token]}
 
 
 @dataclass(frozen=True)
@@ -98,15 +80,17 @@ def team_budget(
     clients: Clients,
     team: str,
     monthly_usd: float,
-    jobs_in_progress: Iterable[dict[str, Any]],
+    jobs_in_progress: Iterable[dict[str, Any]] | None,
     queue_arn: str = "",
     now: datetime | None = None,
     ask: Ask = asked_once,
 ) -> TeamBudget:
     """The team's month: its ended jobs created this month, its jobs in progress (the account's, read
-    once for the quotas) and, with a team queue, its jobs waiting there (their requests)."""
+    once for the quotas; None where that read failed: read here, or the budget would miss what they
+    may cost) and, with a team queue, its jobs waiting there (their requests)."""
     sagemaker = clients("sagemaker")
-
+    if jobs_in_progress is None:
+        jobs_in_progress = described_in_progress(sagemaker, ask)
     committed = [
         (job["TrainingJobName"], job_worst_case_usd(job))
         for job in jobs_in_progress
@@ -120,7 +104,7 @@ def team_budget(
         for status in QUEUED:  # a dispatched job is a training job in progress, counted above
             listing = functools.partial(batch.list_service_jobs, jobQueue=queue_arn, jobStatus=status, filters=share)
             subject = f"ListServiceJobs {status} (team {team}'s budget)"
-            for summary in _listed(ask, subject, listing, "jobSummaryList", "nextToken"):
+            for summary in listed(ask, subject, listing, "jobSummaryList", "nextToken"):
                 describe = functools.partial(batch.describe_service_job, jobId=summary["jobId"])
                 described = ask(f"DescribeServiceJob {summary['jobId']} (team {team}'s budget)", describe)
                 committed.append((summary["jobName"], job_worst_case_usd(json.loads(described["serviceRequestPayload"]))))
@@ -140,7 +124,7 @@ def team_jobs_of_month(
     tag; `ended_only`: those no longer in progress (whose billed time SageMaker has reported)."""
     described = []
     listing = functools.partial(sagemaker.list_training_jobs, CreationTimeAfter=month_start(now))
-    for summary in _listed(ask, "ListTrainingJobs (the month's jobs)", listing, "TrainingJobSummaries", "NextToken"):
+    for summary in listed(ask, "ListTrainingJobs (the month's jobs)", listing, "TrainingJobSummaries", "NextToken"):
         if ended_only and summary["TrainingJobStatus"] == IN_PROGRESS:
             continue
         if job_team(sagemaker, summary["TrainingJobArn"], ask) == team:
@@ -194,7 +178,11 @@ def team_month(team: str, described: Iterable[dict[str, Any]], now: datetime) ->
 
 
 def stack_team_budget(
-    clients: Clients, stack: StackContext, team: str, jobs_in_progress: Iterable[dict[str, Any]], ask: Ask = asked_once
+    clients: Clients,
+    stack: StackContext,
+    team: str,
+    jobs_in_progress: Iterable[dict[str, Any]] | None,
+    ask: Ask = asked_once,
 ) -> TeamBudget | None:
     """The team's month against the budget the stack gives it (Validate's, and `submit`'s before
     anything is uploaded); None where the team has none."""

@@ -47,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import shutil
 import signal
@@ -777,14 +778,17 @@ def _put(s3: Any, uri: str, body: bytes) -> None:
 
 
 def _signatures(local: Path) -> dict[str, tuple[int, int]]:
-    """Each file under `local` (its path relative to it) with its size and mtime."""
+    """Each file under `local` (its path relative to it) with its size and mtime. The job prunes its
+    checkpoints while this looks: a folder or file gone meanwhile is skipped (os.walk ignores a folder
+    it can no longer list, where Path.rglob raised and ended the sync thread)."""
     found = {}
-    for path in local.rglob("*"):
-        try:
-            stat = path.stat()
-        except FileNotFoundError:  # pruned while we looked
-            continue
-        if path.is_file():
+    for folder, _, files in os.walk(local):
+        for name in files:
+            path = Path(folder) / name
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue
             found[path.relative_to(local).as_posix()] = (stat.st_size, stat.st_mtime_ns)
     return found
 

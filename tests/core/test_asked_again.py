@@ -14,10 +14,11 @@ import json
 import pytest
 from botocore.stub import ANY
 
-from tests.core.stubbed import ENVIRONMENT, stubbed_clients
+from tests.core.stubbed import ACCOUNT_SERVICES, ENVIRONMENT, stubbed_clients
 from tests.core.test_handlers import _description
 from tests.core.test_queue_handlers import ENVIRONMENT as QUEUE_ENVIRONMENT
 from tests.core.test_queue_handlers import _service_job, _summary
+from trainstack.account import read_account
 from trainstack.budgets import team_budget
 from trainstack.errors import ControlPlaneError
 from trainstack.handlers import notify, stop
@@ -154,3 +155,30 @@ def test_a_budgets_month_is_read_asking_each_page_tag_and_description_again_on_i
 
     (a, a_usd), (c, c_usd) = budget.spent
     assert (a, c) == ("a", "c") and a_usd == pytest.approx(2 * c_usd) and a_usd > 0
+
+
+def test_a_budget_whose_account_read_missed_the_jobs_in_progress_reads_them_itself_asking_again(stubbed):
+    sagemaker = stubbed["sagemaker"]
+    _unavailable(sagemaker, "list_training_jobs", 1)
+    sagemaker.add_response("list_training_jobs", _in_progress("r"), {"StatusEquals": "InProgress"})
+    _unavailable(sagemaker, "describe_training_job", 1)
+    sagemaker.add_response(
+        "describe_training_job", {**_description("InProgress"), "TrainingJobName": "r"}, {"TrainingJobName": "r"}
+    )
+    sagemaker.add_response("list_tags", _tagged("research"))
+    sagemaker.add_response("list_training_jobs", _month_page(("r", "InProgress")))  # the month: r is not ended
+
+    budget = team_budget(client, "research", 500.0, None, ask=asked_again)  # None: the account read could not list them
+
+    ((name, usd),) = budget.committed
+    assert name == "r" and usd > 0  # what the running job may still cost counts against the budget
+
+
+def test_an_account_read_that_cannot_list_the_jobs_in_progress_leaves_them_unknown_not_none(monkeypatch):
+    with stubbed_clients(monkeypatch, ENVIRONMENT, ACCOUNT_SERVICES) as stubbers:
+        stubbers["service-quotas"].add_response("list_service_quotas", {"Quotas": []}, {"ServiceCode": "sagemaker"})
+        _unavailable(stubbers["sagemaker"], "list_training_jobs", 1)
+        stubbers["ec2"].add_response("describe_instance_type_offerings", {"InstanceTypeOfferings": []})
+        view = read_account(client, "us-east-1", ["ml.p4d.24xlarge"], [])
+    assert view.jobs_in_progress is None  # so a team's budget reads them itself (above)
+    assert any(line.startswith("SageMaker training jobs in progress (in use: not counted)") for line in view.unreadable)
