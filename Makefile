@@ -173,7 +173,7 @@ bench-data: setup ## start-up to the first batch against data set size, and the 
 bench-lambda: setup ## each handler's cold import from the shipped asset under the runtime's Python vs import boto3 (medians), and the transitions a 24-hour job costs
 	$(PY) tools/bench_lambda.py
 
-bench-goodput: synth ## checkpoint_every auto vs three fixed intervals under one failure trace in the twin: measured goodput vs the planner's prediction (about 35 min)
+bench-goodput: synth ## checkpoint_every auto vs three fixed intervals under one failure trace in the twin: measured goodput vs the planner's prediction (about 42 min)
 	$(PY) tools/bench_goodput.py
 
 .PHONY: gpu-check

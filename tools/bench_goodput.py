@@ -3,7 +3,7 @@ two-host job taken through the emulated pipeline (its restarts) and the SageMake
 trace of failures at a compressed mean time to failure; for each, the effective-training fraction it
 measured beside the one the planner's model predicts (trainstack.planner.goodput).
 
-Usage: python tools/bench_goodput.py [--mttf 10] [--steps 1500] [--seed 0]   (after `make synth`)
+Usage: python tools/bench_goodput.py [--mttf 20] [--steps 20000] [--seed 0]   (after `make synth`)
 
 The trace: failures every MTTF seconds of training on average (exponential, its draws stratified so
 that a few of them cover the distribution), a third each of the three kinds the twin makes, in
@@ -308,7 +308,8 @@ def measure(bench: Bench, trial: Trial, steps: int, productive_step_seconds: flo
     first = min(time for (_, _, step), time in trial.seen.items() if step == 1)
     last = min(time for (_, _, step), time in trial.seen.items() if step == steps)
     chosen = re.findall(r"checkpoint_every auto: every (\d+) steps", logs)
-    interval = ", ".join(sorted(set(chosen), key=int)) if chosen else str(trial.spec["hyperparameters"]["checkpoint_every"])
+    steps_chosen = sorted({int(every) for every in chosen})
+    interval = f"{steps_chosen[0]}-{steps_chosen[-1]}" if steps_chosen else str(trial.spec["hyperparameters"]["checkpoint_every"])
     wall = last - first
     worth = productive_step_seconds or step_seconds
     own = (steps - 1) * step_seconds / wall
@@ -345,8 +346,8 @@ def calibrate(bench: Bench, steps: int) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mttf", type=int, default=10, help="compressed mean time to failure, seconds of training")
-    parser.add_argument("--steps", type=int, default=1500, help="optimizer steps of each run")
+    parser.add_argument("--mttf", type=int, default=20, help="compressed mean time to failure, seconds of training")
+    parser.add_argument("--steps", type=int, default=20000, help="optimizer steps of each run")
     parser.add_argument("--seed", type=int, default=0, help="the failure trace's seed")
     args = parser.parse_args(argv)
     if not TEMPLATE.is_file():
