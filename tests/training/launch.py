@@ -142,16 +142,32 @@ def run_hosts(
             subprocess.Popen([*launcher, str(TRAIN), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         )
     deadline = time.monotonic() + TIMEOUT  # one host failing early leaves the others waiting at a collective
-    results = []
+    results: list[subprocess.CompletedProcess[str]] = []
     try:
         for process in processes:
             stdout, stderr = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
             results.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(_hung(processes, results)) from None
     finally:
         for process in processes:
             if process.poll() is None:
                 kill_tree(process.pid)
     return results
+
+
+def _hung(processes: list[subprocess.Popen[str]], ended: list[subprocess.CompletedProcess[str]]) -> str:
+    """Which hosts were still running at the deadline, and the end of every host's stderr (where each
+    stood): a hang here is rare and intermittent, so the message is the evidence."""
+    hung = [node for node, process in enumerate(processes) if process.poll() is None]
+    for node in hung:
+        kill_tree(processes[node].pid)
+    tails = []
+    for node, process in enumerate(processes):
+        stderr = ended[node].stderr if node < len(ended) else process.communicate()[1]
+        how = "killed at the deadline" if node in hung else f"exit {process.returncode}"
+        tails.append(f"--- host {node} ({how}), stderr's end:\n{stderr[-3000:]}")
+    return f"hosts {hung} still running after {TIMEOUT} s\n" + "\n".join(tails)
 
 
 def kill_tree(pid: int) -> None:
