@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import yaml
@@ -65,6 +67,18 @@ def fault(served: Served, *arguments: str) -> None:
     """`trainstack local fault ...`, which must take."""
     result = served.trainstack("local", "fault", *arguments)
     assert result.returncode == 0, result.stderr
+
+
+@contextmanager
+def failing_intermittently(served: Served, actions: tuple[str, ...], code: str) -> Iterator[None]:
+    """Each of `actions` (SERVICE:Action) answering `code` to 3 of every 4 calls, as a user sets it with
+    `trainstack local fault api ... --fail 3 --every 4`; cleared after the block."""
+    try:
+        for action in actions:
+            fault(served, "api", action, "--code", code, "--fail", "3", "--every", "4")
+        yield
+    finally:
+        fault(served, "clear")
 
 
 def execution_arn(served: Served, run: str) -> str:
@@ -237,14 +251,10 @@ def test_a_queued_job_trains_to_completion_through_intermittent_control_plane_fa
 ):
     served = served_queue
     notifications = subscribed_queue(served, "flaky-notifications")
-    try:
-        for action in INTERMITTENT:
-            fault(served, "api", action, "--code", "ServiceUnavailable", "--fail", "3", "--every", "4")
+    with failing_intermittently(served, INTERMITTENT, "ServiceUnavailable"):
         run = submit(served, tmp_path, "flaky", steps=200, share="prod")
         # Followed on Step Functions alone: a user's own reads of the job would count among the failing calls.
         ended = execution_end(served, run)
-    finally:
-        fault(served, "clear")
     assert ended == "SUCCEEDED"
     unread = unread_polls(served, run)  # failures botocore's retries did not absorb reached the pipeline, which asked again
     assert any(why.startswith("not read: DescribeServiceJob: ServiceUnavailable") for why in unread), unread
@@ -268,13 +278,9 @@ def test_a_budgeted_teams_run_passes_validate_while_the_calls_reading_its_month_
     served = served_queue
     month = [submit(served, tmp_path, f"month{index}", steps=10, share="research") for index in range(2)]
     assert [execution_end(served, run) for run in month] == ["SUCCEEDED", "SUCCEEDED"]  # research's jobs of the month
-    try:
-        for action in BUDGET_CALLS:
-            fault(served, "api", action, "--code", "ServiceUnavailable", "--fail", "3", "--every", "4")
+    with failing_intermittently(served, BUDGET_CALLS, "ServiceUnavailable"):
         run = submit(served, tmp_path, "budgeted", steps=10, share="research")
         ended = execution_end(served, run)
-    finally:
-        fault(served, "clear")
     assert ended == "SUCCEEDED"
     asked_again = [line for line in function_log(served, "trainstack-validate") if "asking again" in line]
     for call in ("ListTags", "DescribeTrainingJob"):
@@ -301,22 +307,20 @@ def test_a_stopped_runs_waiting_job_is_terminated_while_the_stop_functions_calls
             run, lambda view: bool(view["trials"]) and (view["trials"][0]["queue"] or {}).get("status") == "RUNNABLE"
         )
         queued = waiting["trials"][0]["queue"]
-        for action in STOP_CALLS:
-            fault(served, "api", action, "--code", "ThrottlingException", "--fail", "3", "--every", "4")
-        # Stopped through Step Functions, as from the console: `trainstack stop` would terminate the job itself.
-        stopped = served.aws("stepfunctions", "stop-execution", "--execution-arn", execution_arn(served, run))
-        assert stopped.returncode == 0, stopped.stderr
-        assert execution_end(served, run) == "ABORTED"
-        terminated = f"{run} ABORTED: terminated {queued['job_name']}"
-        stop_log = poll_until(
-            lambda: function_log(served, "trainstack-stop"),
-            lambda lines: any(line.startswith(terminated) for line in lines),
-            timeout=60,
-            interval=1,
-            what="the Stop rule to terminate the waiting job",
-        )
+        with failing_intermittently(served, STOP_CALLS, "ThrottlingException"):
+            # Stopped through Step Functions, as from the console: `trainstack stop` would terminate the job itself.
+            stopped = served.aws("stepfunctions", "stop-execution", "--execution-arn", execution_arn(served, run))
+            assert stopped.returncode == 0, stopped.stderr
+            assert execution_end(served, run) == "ABORTED"
+            terminated = f"{run} ABORTED: terminated {queued['job_name']}"
+            stop_log = poll_until(
+                lambda: function_log(served, "trainstack-stop"),
+                lambda lines: any(line.startswith(terminated) for line in lines),
+                timeout=60,
+                interval=1,
+                what="the Stop rule to terminate the waiting job",
+            )
     finally:
-        fault(served, "clear")
         set_queue(served, "ENABLED")
     asked_again = [line for line in stop_log if "ThrottlingException" in line and "asking again" in line]
     for subject in ("ListTrainingJobs", "ListServiceJobs", f"TerminateServiceJob {queued['job_name']}"):
