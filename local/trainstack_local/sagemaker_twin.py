@@ -337,8 +337,7 @@ class JobRun:
             uri = self.job.checkpoint_config["S3Uri"]
             _download_keys(self.s3, uri, _keys(self.s3, uri), local)
             # What was restored is the host's as much as what it writes: deleted, it goes from S3 too.
-            synced = self.twin.uploaded.setdefault((self.name, host, attempt.index), {})
-            synced.update(_signatures(local))
+            self._synced(attempt, host).update(_signatures(local))
         bin_dir = root / "bin"
         bin_dir.mkdir(parents=True, exist_ok=True)
         gpus = self.twin.gpus(self.instance_type)
@@ -559,7 +558,11 @@ class JobRun:
         uri = self.job.checkpoint_config["S3Uri"]
         for host_container in attempt.containers:
             local = self._in_container(host_container.root, self.job.checkpoint_config.get("LocalPath") or "/opt/ml/checkpoints")
-            _upload_tree(s3, local, uri, self.twin.uploaded.setdefault((self.name, host_container.host, attempt.index), {}))
+            _upload_tree(s3, local, uri, self._synced(attempt, host_container.host))
+
+    def _synced(self, attempt: _Attempt, host: str) -> dict[str, tuple[int, int]]:
+        """The checkpoint files a host of this attempt holds in S3 (restored or uploaded), by size and mtime."""
+        return self.twin.synced.setdefault((self.name, host, attempt.index), {})
 
     @staticmethod
     def _in_container(opt_ml: Path, path: str) -> Path:
@@ -623,7 +626,7 @@ class SageMakerTwin:
         # The twin's S3 as the jobs' containers reach it (s3_endpoint.py), when it is served (local_aws).
         self.storage_endpoint: str | None = None
         self.runs: dict[str, JobRun] = {}
-        self.uploaded: dict[tuple[str, str, int], dict[str, tuple[int, int]]] = {}
+        self.synced: dict[tuple[str, str, int], dict[str, tuple[int, int]]] = {}
         self._capacity: dict[str, int] = {}
         self._injected: dict[InjectedFault, int] = {}  # uses left
         self._lock = threading.Lock()
