@@ -284,3 +284,19 @@ def barrier(context: DistContext, group: dist.ProcessGroup | None = None) -> Non
 def shutdown(context: DistContext) -> None:
     if context.is_distributed and dist.is_initialized():
         dist.destroy_process_group()
+
+
+# What `hold_until_exit` keeps: never released, so never destroyed before the process ends.
+_HELD_UNTIL_EXIT: list[object] = []
+
+
+def hold_until_exit(holder: object) -> None:
+    """Keep `holder` (a DDP module) alive until the process exits: train.py leaves with os._exit, so
+    it is never destroyed. DDP's reducer destroys its gloo process group with the GIL held, and that
+    destructor joins the group's worker thread; when the worker is at that moment releasing a finished
+    collective (the all-gather a failing rank has just returned from), freeing its tensors needs the
+    GIL, and both threads wait for each other for good (pytorch/pytorch#56297, still so in torch 2.13:
+    py-spy showed ~Reducer -> ~ProcessGroupGloo -> thread::join against runLoop ->
+    ~AsyncAllgatherWork -> gil_scoped_acquire). Seen as a host hung after its job had failed: the
+    traceback's end freed the model."""
+    _HELD_UNTIL_EXIT.append(holder)

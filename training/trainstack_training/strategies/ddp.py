@@ -6,7 +6,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainstack_contract.config import TrainConfig
-from trainstack_training.distributed import DistContext
+from trainstack_training.distributed import DistContext, hold_until_exit
 from trainstack_training.strategies.base import Parallelized
 from trainstack_training.strategies.memory import apply_block_wrappers
 
@@ -23,4 +23,5 @@ def apply(model: nn.Module, config: TrainConfig, context: DistContext) -> Parall
         gradient_as_bucket_view=config.gradient_as_bucket_view,
         static_graph=config.static_graph,
     )
+    hold_until_exit(wrapped)  # its reducer must not destroy the process group under the GIL
     return Parallelized(module=wrapped, model=model, no_sync=wrapped.no_sync, replicated=True)
