@@ -22,7 +22,7 @@ export NO_MKDOCS_2_WARNING := 1
 unexport PYTHONDONTWRITEBYTECODE
 export CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
-.PHONY: setup sdk synth lint test test-fast cost local fuzz bench-train bench-data bench-lambda bench-goodput image clean facts docs docs-reference
+.PHONY: setup sdk synth lint test test-fast cost local fuzz bench-train bench-data bench-lambda bench-goodput bench-local image clean facts docs docs-reference
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed ## venv + pinned deps + npm ci (idempotent)
 	@:
@@ -172,6 +172,10 @@ bench-data: setup ## start-up to the first batch against data set size, and the 
 
 bench-lambda: setup ## each handler's cold import from the shipped asset under the runtime's Python vs import boto3 (medians), and the transitions a 24-hour job costs
 	$(PY) tools/bench_lambda.py
+
+COMMITS ?= HEAD
+bench-local: ## `make local` cold (fresh clone, every cache empty) then warm, for each of COMMITS side by side (about 4 min each)
+	tools/bench_make_local.sh $(COMMITS)
 
 bench-goodput: synth ## checkpoint_every auto vs three fixed intervals under one failure trace in the twin: measured goodput vs the planner's prediction (about 42 min)
 	$(PY) tools/bench_goodput.py
