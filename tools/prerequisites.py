@@ -53,12 +53,16 @@ def problems(command: str) -> list[str]:
             f"{sys.executable} is Python {sys.version.split()[0]}: the project needs {wanted} or newer (PYTHON=python{wanted})"
         ]
     sys.path[:0] = [path for path in (str(ROOT / "lambda"), str(ROOT / "local")) if path not in sys.path]
-    from trainstack_local import prerequisites, runtimes  # the machine's Python reads them: standard library only
+    from trainstack_local import cuda_stubs, prerequisites, runtimes  # the machine's Python: standard library only
 
     found = []
     if importlib.util.find_spec("ensurepip") is None:
         found.append(
             f"Python's venv with pip for {sys.executable} (the project's virtual environments): apt-get install python3-venv"
+        )
+    if missing := cuda_stubs.missing_tools():
+        found.append(
+            f"{' and '.join(missing)} (the image runtimes' stand-ins for the CUDA libraries): apt-get install gcc binutils"
         )
     for what, fix in prerequisites.missing():
         found.append(f"{what} (the SageMaker twin runs each emulated host in Linux namespaces): {fix}")

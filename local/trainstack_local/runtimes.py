@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack.facts import Runtime
+from trainstack_local import cuda_stubs
 from trainstack_local.installer import install_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +41,9 @@ IMAGE_TOOLING = ("sagemaker-training", "sagemaker-pytorch-training", "mpi4py")
 INSTALL_TIMEOUT = 1800  # seconds; several GB from the registries
 PROBE_TIMEOUT = 60  # seconds for an interpreter to say its version (a busy machine starts Python slowly)
 RELEASE = re.compile(r"\d+\.\d+\.\d+")
+# How a base is laid out, in its cache key: a base built before its CUDA libraries became stand-ins
+# (trainstack_local.cuda_stubs) is not reused, so every machine's runtimes are the same.
+BASE_LAYOUT = "cuda stand-ins 1"
 
 
 class RuntimeUnavailableError(RuntimeError):
@@ -98,7 +102,7 @@ def ensure(image: Runtime, extra: Sequence[str] = ()) -> ImageRuntime:
     an image's layers sit on its base."""
     interpreter, version = find_python(image.python)
     wanted = base_requirements(image)
-    key = hashlib.sha256("\n".join([version, *wanted]).encode()).hexdigest()[:12]
+    key = hashlib.sha256("\n".join([version, *wanted, BASE_LAYOUT]).encode()).hexdigest()[:12]
     path = cache_dir() / f"torch{image.torch}-py{version}-{key}"
     _once(path, lambda: _build(path, interpreter, wanted))
     packages = image_packages(image, extra)
@@ -157,10 +161,15 @@ def _build(path: Path, interpreter: str, wanted: list[str]) -> None:
     """Build in place; `.complete` is written last, so a build cut short is redone from scratch."""
     shutil.rmtree(path, ignore_errors=True)
     subprocess.run([interpreter, "-m", "venv", str(path)], check=True, capture_output=True)
-    # uv: it fetches the wheels side by side and links files out of its cache (one copy on disk for
-    # every runtime and rebuild that installs the same wheel); pip took 131 s for torch 2.10's.
-    command, environment = install_command(["--quiet", "--python", str(path / "bin" / "python"), *wanted])
+    # uv fetches the wheels side by side: 41 s for torch 2.10.0's base where pip took 131 s. No cache:
+    # it would keep a copy of the CUDA libraries, which stand-ins replace just after (4 of the 7 GB).
+    command, environment = install_command(["--quiet", "--no-cache", "--python", str(path / "bin" / "python"), *wanted])
     _install(path, wanted, command, environment)
+    try:
+        cuda_stubs.replace_cuda_libraries(_site_packages(path / "bin" / "python"))
+    except cuda_stubs.StubError as error:
+        shutil.rmtree(path, ignore_errors=True)
+        raise RuntimeUnavailableError(f"could not build the runtime {' '.join(wanted)}: {error}") from None
 
 
 def _build_layer(layer: Path, base: Path, wanted: list[str]) -> None:
@@ -169,12 +178,7 @@ def _build_layer(layer: Path, base: Path, wanted: list[str]) -> None:
     shutil.rmtree(layer, ignore_errors=True)
     base_python = base / "bin" / "python"
     subprocess.run([str(base_python), "-m", "venv", "--without-pip", str(layer)], check=True, capture_output=True)
-    site = subprocess.run(
-        [str(base_python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    site = str(_site_packages(base_python))
     layer_site = Path(site.replace(str(base), str(layer)))
     (layer_site / "image-base.pth").write_text(site + "\n")
     for script in sorted((base / "bin").iterdir()):
@@ -190,6 +194,11 @@ def _build_layer(layer: Path, base: Path, wanted: list[str]) -> None:
     # it would install a second numpy (a newer one, over torch's pin) into every layer.
     pip = [str(layer / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *wanted]
     _install(layer, wanted, pip, dict(os.environ))
+
+
+def _site_packages(python: Path) -> Path:
+    script = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    return Path(subprocess.run([str(python), "-c", script], capture_output=True, text=True, check=True).stdout.strip())
 
 
 def _install(path: Path, wanted: list[str], command: list[str], environment: dict[str, str]) -> None:

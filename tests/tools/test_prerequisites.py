@@ -27,6 +27,7 @@ CHECKED = (
     "local/trainstack_local/prerequisites.py",
     "local/trainstack_local/runtimes.py",
     "local/trainstack_local/installer.py",
+    "local/trainstack_local/cuda_stubs.py",
     "lambda/trainstack/__init__.py",
     "lambda/trainstack/facts.py",
     "lambda/trainstack/facts.json",
@@ -67,7 +68,7 @@ def tools_but(tmp_path: Path, *left_out: str) -> str:
     """A PATH of one folder holding links to what make and the check call, less `left_out`."""
     folder = tmp_path / "bin"
     folder.mkdir()
-    for tool in ("make", "grep", "tr", "git", "ip", "unshare", "mpirun"):
+    for tool in ("make", "grep", "tr", "git", "ip", "unshare", "mpirun", "cc", "readelf"):
         if tool not in left_out and (found := shutil.which(tool)):
             (folder / tool).symlink_to(found)
     return str(folder)
@@ -116,6 +117,15 @@ def test_as_another_user_than_root_both_commands_stop_before_installing(command,
     lines = stopped_first(*make(command, repository, *NOBODY), repository, command)
 
     assert f"make {command} needs root {WHY}: run it as root, e.g. with sudo" in lines
+
+
+@pytest.mark.parametrize("command", ["local", "test"])
+def test_without_a_c_compiler_both_commands_name_gcc_first(monkeypatch, tmp_path, command):
+    monkeypatch.setenv("PATH", tools_but(tmp_path, "cc"))
+
+    assert [line for line in prerequisites.problems(command) if "stand-ins" in line] == [
+        "cc (the image runtimes' stand-ins for the CUDA libraries): apt-get install gcc binutils"
+    ]
 
 
 def test_without_an_images_python_the_check_names_pyenv_install(monkeypatch, tmp_path):
