@@ -11,10 +11,11 @@ duration of `moto_bridges()` only:
   rule starts the execution with the event as input, or invokes the function asynchronously. A
   StartExecution that fails puts the event into the target's dead-letter queue at once, with
   EventBridge's message attributes (its 24 hours of retries are not emulated).
-- Step Functions: a stopped execution stays ABORTED (moto's interpreter then ends a stopped Map
-  state as FAILED). An execution that ends emits the "Step Functions Execution Status Change" event
-  (StopExecution: ABORTED; the interpreter's end: SUCCEEDED, FAILED, TIMED_OUT) that the stack's
-  rule sends to the Stop function.
+- Step Functions: a stopped execution is ABORTED from StopExecution on, dated by it, as Step Functions
+  answers (moto's interpreter took the stop only when the state it was in returned, ended a stopped Map
+  state as FAILED, and failed a stop that came before its thread had begun). An execution that ends
+  emits the "Step Functions Execution Status Change" event (StopExecution: ABORTED; the interpreter's
+  end: SUCCEEDED, FAILED, TIMED_OUT) that the stack's rule sends to the Stop function.
 - Faults: `ApiFaults.inject(service, action, code)` makes the next calls of one API action fail as
   AWS reports that error (throttling, a 5xx, access denied, an SNS refusal), a number of times, for
   a while or intermittently (`fail` of every `every` calls), with the HTTP status AWS gives it, for
@@ -62,6 +63,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlparse
 
@@ -69,6 +71,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from trainstack.account import SERVICE_CODE, SPOT, TRAINING, quota_name
+from trainstack.polling import poll_until
 from trainstack.service_jobs import SERVICE_LINKED_ROLE, SERVICE_LINKED_ROLE_SERVICE
 from trainstack_local import iam_twin
 from trainstack_local.account_twin import TwinAccount
@@ -434,18 +437,29 @@ def moto_bridges(
         }
         publish({"Source": "aws.states", "DetailType": "Step Functions Execution Status Change", "Detail": json.dumps(detail)})
 
-    stopped: set[str] = set()
+    stopped_at: dict[str, datetime] = {}  # each stopped execution's stop date
 
     def stop(self: Any, execution_arn: str) -> Any:
-        stopped.add(execution_arn)
+        execution = self.describe_execution(execution_arn)
+        if execution.exec_status == ExecutionStatus.RUNNING:
+            # moto's interpreter makes its environment on its own thread, which a stop right after the
+            # start can precede (moto then raised AttributeError: a 500): the stop waits for it.
+            poll_until(lambda: execution.exec_worker.env, bool, timeout=60, interval=0.01, what="the interpreter's start")
+        stopped_at.setdefault(execution_arn, datetime.now(UTC))
         execution = stop_execution(self, execution_arn)
+        if execution.exec_status == ExecutionStatus.RUNNING:
+            # Step Functions answers ABORTED from the stop on; moto's interpreter takes the stop only once
+            # the state it is in (a Lambda task, say) returns, and until then said RUNNING.
+            execution.exec_status, execution.stop_date = ExecutionStatus.ABORTED, stopped_at[execution_arn]
         status_changed(execution, "ABORTED")
         return execution
 
     def execution_ended(self: Any) -> None:
         terminated(self)
-        if self.execution.exec_arn in stopped:  # moto ends a stopped Map state as FAILED; AWS says ABORTED
-            self.execution.exec_status = ExecutionStatus.ABORTED
+        if (stop_date := stopped_at.get(self.execution.exec_arn)) is not None:
+            # moto ends a stopped Map state as FAILED, and dates the end when its interpreter got there;
+            # AWS says ABORTED, at the stop's date
+            self.execution.exec_status, self.execution.stop_date = ExecutionStatus.ABORTED, stop_date
             self.execution.error = self.execution.cause = None  # not the interpreter's own exception
             return  # StopExecution has emitted the status change already
         status_changed(self.execution, self.execution.exec_status.value)

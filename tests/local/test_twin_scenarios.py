@@ -202,6 +202,19 @@ def test_stopping_the_execution_stops_the_job_with_a_complete_checkpoint_that_a_
     assert f"at step {outcome.saved}" in log and min(printed_steps(outcome.resumed)) == outcome.saved + 1
 
 
+def test_a_stopped_execution_is_aborted_as_stop_execution_answers_not_when_its_state_next_looks(twin_stack):
+    # Started and stopped at once: the execution is inside Validate's task, which the interpreter finishes
+    # before it sees the stop; Step Functions answers ABORTED, with the stop's date, from then on.
+    stack, _ = twin_stack
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    execution = start_inline(stack, spec("stopped-at-once"), "stopped-at-once")
+
+    stop_date = sfn.stop_execution(executionArn=execution)["stopDate"]
+    described = sfn.describe_execution(executionArn=execution)
+
+    assert (described["status"], described.get("stopDate")) == ("ABORTED", stop_date)
+
+
 def test_a_late_stop_of_a_stopped_run_leaves_the_job_of_the_run_that_resumed_it(stopped_then_resumed):
     assert stopped_then_resumed.late_stop_answer["stopped"] == []
     assert stopped_then_resumed.resumed_status_after_late_stop == "InProgress"
