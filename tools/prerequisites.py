@@ -62,7 +62,7 @@ def problems(command: str) -> list[str]:
         )
     if missing := cuda_stubs.missing_tools():
         found.append(
-            f"{' and '.join(missing)} (the image runtimes' stand-ins for the CUDA libraries): apt-get install gcc binutils"
+            f"{' and '.join(missing)} (the image runtimes' stand-ins for the CUDA libraries): {cuda_stubs.INSTALL_TOOLS}"
         )
     for what, fix in prerequisites.missing():
         found.append(f"{what} (the SageMaker twin runs each emulated host in Linux namespaces): {fix}")

@@ -34,9 +34,8 @@ SYMBOL = re.compile(r"^\s*\d+:\s+[0-9a-f]+\s+(\d+|0x[0-9a-f]+)\s+(\w+)\s+(\w+)\s
 KINDS = {"FUNC": "function", "IFUNC": "function", "OBJECT": "data", "TLS": "thread-local"}
 MARKER = ".trainstack-stand-in"
 SYSTEM_RUNTIMES = ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1")
-
-
-TOOLS = ("cc", "readelf")  # gcc and binutils
+TOOLS = ("cc", "readelf")
+INSTALL_TOOLS = "apt-get install gcc binutils"
 
 
 def missing_tools() -> list[str]:
@@ -159,14 +158,11 @@ def read_interface(library: Path, wanted: frozenset[str]) -> Interface:
 def imported_names(site_packages: Path, replaced: list[Path]) -> frozenset[str]:
     """What torch's libraries and the CUDA libraries kept real need from other libraries, less what the C
     and C++ runtimes define (no stand-in may take those)."""
-    importers = [
-        path
-        for path in sorted([*(site_packages / "torch").glob("**/*.so*"), *(site_packages / "nvidia").glob("**/*.so*")])
-        if path.is_file() and LIBRARY.search(path.name) and path not in replaced
-    ]
+    importers = [*_library_files(site_packages / "torch"), *_library_files(site_packages / "nvidia")]
     needed: set[str] = set()
     for importer in importers:
-        needed |= parse_imports(_readelf("--dyn-syms", "-W", importer))
+        if importer not in replaced:
+            needed |= parse_imports(_readelf("--dyn-syms", "-W", importer))
     for runtime in SYSTEM_RUNTIMES:
         located = _tool(["cc", f"-print-file-name={runtime}"]).stdout.strip()
         if not Path(located).is_absolute():  # cc prints the bare name when it finds no such file
@@ -190,9 +186,15 @@ def build_stand_in(library: Path, interface: Interface, into: Path) -> None:
 
 def replaced_libraries(site_packages: Path) -> Iterator[Path]:
     """The CUDA libraries (PyPI's nvidia-* packages) of a runtime that stand-ins replace."""
-    for path in sorted((site_packages / "nvidia").glob("**/*.so*")):
-        real = path.is_file() and not path.is_symlink() and LIBRARY.search(path.name) and not KEPT.match(path.name)
-        if real and path.stat().st_size > STUBBED_OVER_BYTES:
+    for path in _library_files(site_packages / "nvidia"):
+        if not KEPT.match(path.name) and path.stat().st_size > STUBBED_OVER_BYTES:
+            yield path
+
+
+def _library_files(folder: Path) -> Iterator[Path]:
+    """The shared libraries under `folder`, each file once (a link to one is not another library)."""
+    for path in sorted(folder.glob("**/*.so*")):
+        if path.is_file() and not path.is_symlink() and LIBRARY.search(path.name):
             yield path
 
 
@@ -220,4 +222,4 @@ def _tool(command: list[str]) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(command, capture_output=True, text=True, check=False)
     except FileNotFoundError:
-        raise StubError(f"{command[0]} is not installed: apt-get install gcc binutils") from None
+        raise StubError(f"{command[0]} is not installed: {INSTALL_TOOLS}") from None

@@ -3,8 +3,8 @@
     .venv/bin/python local/trainstack_local/installer.py --python ENV [uv pip install arguments]
 
 The Makefile fills its environments (.venv, .venv-checkov, .venv-sdk) with `uv pip install` through
-this, and so does the twin each image runtime's base (trainstack_local.runtimes). uv reads no pip configuration, so
-pip's own, as `pip config list` reports it (its files: /etc/pip.conf, /etc/xdg/pip, ~/.config/pip,
+this, and the twin each image runtime's base (trainstack_local.runtimes). uv reads no pip
+configuration, so pip's own, as `pip config list` reports it (its files: /etc/pip.conf, /etc/xdg/pip, ~/.config/pip,
 the environment's; and the PIP_* variables), becomes uv's options: index-url, extra-index-url,
 find-links, constraint, no-index and cert. pip takes the best version any of its indexes offers; uv
 by default takes the first index that has the package at all, so uv is told pip's rule
