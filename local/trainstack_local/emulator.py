@@ -211,7 +211,9 @@ def _create_resources(
         stack.context,
         topic_arn=stack.topic_arn,
         first_poll_seconds=first_poll_seconds,
-        max_poll_seconds=max(first_poll_seconds * 4, 1),
+        # No back-off here: a twin's job ends within a minute, and every second a run waits on a
+        # backed-off poll after its job ended is a second the tests' cores stand idle.
+        max_poll_seconds=first_poll_seconds,
     )
     lambda_client = boto3.client("lambda", region_name=REGION)
     arns = {}
