@@ -22,7 +22,7 @@ export NO_MKDOCS_2_WARNING := 1
 unexport PYTHONDONTWRITEBYTECODE
 export CHECKOV := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 
-.PHONY: setup sdk synth lint test test-fast cost local fuzz bench-train bench-data bench-lambda bench-goodput bench-local image clean facts docs docs-reference
+.PHONY: setup sdk synth lint test test-fast cost local fuzz bench-train bench-data bench-lambda bench-goodput bench-local bench-test image clean facts docs docs-reference
 
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed ## venv + pinned deps + npm ci (idempotent)
 	@:
@@ -71,19 +71,25 @@ lint: synth ## ruff, cfn-lint and checkov over the synthesized template
 	$(VENV)/bin/cfn-lint cdk.out/$(STACK).template.json || test $$? -eq 4  # 4: warnings only (W3005 in CDK's own handlers)
 	$(CHECKOV) -f cdk.out/$(STACK).template.json --framework cloudformation --skip-download --compact --quiet
 
-# Two workers, each file whole on one (its module fixtures, one twin per module, stay shared): a clean
-# clone of 1080 tests took 1071 s for the whole `.ci/run`, installs included, pytest 900 s (2026-11-26,
-# 2 cores; CI's own run of 1075 took 1045 s the day before). The ten slowest are listed at the end.
+# Three workers on two cores, each file whole on one (its module fixtures, one twin per module, stay
+# shared): the twin's jobs wait on their hosts' processes and on polls, so two workers left the cores
+# idle 14% of the suite; three took 1511 s where two took 1630 s for the same 1585 tests (2026-11-27,
+# this 2-core machine, runtimes built). The ten slowest are listed at the end.
 # The prerequisites are checked before anything installs (tools/prerequisites.py: one line for each
-# thing missing, with its fix); the installs follow in this make's order, whatever -j says.
+# thing missing, with its fix). The image runtimes, most of a first run's install (downloads), build
+# beside the other installs and the docs site: they need only the project venv.
 test: ## check the machine, install, then run every test (ruff and the docs site's strict build included)
 	@$(PYTHON) tools/prerequisites.py test
-	@$(MAKE) --no-print-directory setup
-	@$(MAKE) --no-print-directory docs
-	@$(MAKE) --no-print-directory -j2 sdk system-packages runtimes
+	@$(MAKE) --no-print-directory $(VENV)/.installed
+	@$(MAKE) --no-print-directory -j2 --output-sync=target runtimes installs-and-docs
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -n 2 --dist loadfile --durations=10
+	$(PY) -m pytest -n 3 --dist loadfile --durations=10
+
+.PHONY: installs-and-docs
+# What `make test` needs besides the image runtimes, one after the other (the docs build reads the venv).
+installs-and-docs: setup sdk system-packages
+	@$(MAKE) --no-print-directory docs
 
 # The same suite in a random order of files and tests (pytest-randomly; SEED=n repeats one): which
 # files share a worker, and what ran before a test, must decide nothing.
@@ -95,7 +101,7 @@ test-shuffled: setup sdk system-packages runtimes ## every test, in the seeded r
 .PHONY: runtimes
 # Jobs in the twin run on their image's torch and Python: build the images' runtimes the tests use
 # (cached in ~/.cache/trainstack/runtimes; several GB each on the first run) before any test waits.
-runtimes: setup ## the image runtimes the tests run jobs on (tools/image_runtimes.py)
+runtimes: $(VENV)/.installed ## the image runtimes the tests run jobs on (tools/image_runtimes.py)
 	$(PY) tools/image_runtimes.py
 
 .PHONY: system-packages
@@ -175,7 +181,10 @@ bench-lambda: setup ## each handler's cold import from the shipped asset under t
 
 COMMITS ?= HEAD
 bench-local: ## `make local` cold (fresh clone, every cache empty) then warm, for each of COMMITS side by side (about 4 min each)
-	tools/bench_make_local.sh $(COMMITS)
+	tools/bench_fresh_clone.sh local $(COMMITS)
+
+bench-test: ## `make test` on a fresh clone with every cache empty, for each of COMMITS one after the other (about 30 min each)
+	tools/bench_fresh_clone.sh test $(COMMITS)
 
 bench-goodput: synth ## checkpoint_every auto vs three fixed intervals under one failure trace in the twin: measured goodput vs the planner's prediction (about 42 min)
 	$(PY) tools/bench_goodput.py
