@@ -27,10 +27,12 @@ RUNTIMES = {
     "test": (("2.2.0", "3.10"), ("2.5.1", "3.11"), ("2.7.1", "3.12"), ("2.10.0", "3.13")),
 }
 # Free disk a first install takes (measured on a fresh clone, rounded up): the project's environments
-# (.venv, .venv-checkov, node_modules, and for the tests .venv-sdk), and each image runtime with its
-# share of the package cache (torch and its CUDA libraries: 5 to 7 GB).
+# (.venv, .venv-checkov, node_modules, and for the tests .venv-sdk); what stays of each image runtime
+# (2.3 to 3.2 GB, its CUDA libraries replaced by stand-ins); and, while one builds (one at a time), its
+# CUDA libraries whole and its downloads (torch 2.10.0's: 7.2 GB before the stand-ins).
 ENVIRONMENTS_GB = 4
-RUNTIME_GB = 8
+RUNTIME_STAYS_GB = 3
+RUNTIME_BUILDING_GB = 8
 # What the tests need of Debian's packages, which `make system-packages` installs as root with apt (the
 # Makefile checks the same commands): (what, why, the commands, its apt packages, the fix without apt).
 SYSTEM_PACKAGES = (
@@ -85,12 +87,17 @@ def problems(command: str) -> list[str]:
     return found
 
 
+def disk_needed_gb(unbuilt_runtimes: int, *, environments: bool) -> int:
+    """What stays of each runtime still to build, and room for the one building at its largest."""
+    runtimes_gb = RUNTIME_STAYS_GB * (unbuilt_runtimes - 1) + RUNTIME_BUILDING_GB if unbuilt_runtimes else 0
+    return runtimes_gb + (ENVIRONMENTS_GB if environments else 0)
+
+
 def _disk(command: str, cache: Path) -> list[str]:
     """Free space for what is not built yet: the project's environments and each runtime's torch."""
     built = {path.parent.name.split("-")[0].removeprefix("torch") for path in cache.glob("torch*/.complete")}
-    needed = RUNTIME_GB * len({torch for torch, _ in RUNTIMES[command]} - built) + (
-        0 if (ROOT / ".venv" / ".installed").exists() else ENVIRONMENTS_GB
-    )
+    unbuilt = len({torch for torch, _ in RUNTIMES[command]} - built)
+    needed = disk_needed_gb(unbuilt, environments=not (ROOT / ".venv" / ".installed").exists())
     existing = next(parent for parent in (cache, *cache.parents) if parent.exists())
     free = shutil.disk_usage(existing).free / 2**30
     if free >= needed:

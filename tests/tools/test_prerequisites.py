@@ -186,3 +186,21 @@ def test_as_root_without_apt_a_missing_mpirun_is_named(monkeypatch, tmp_path):
         "mpirun and /usr/sbin/sshd (the tests run the toolkit's MPI launcher; make test installs openmpi-bin "
         "openssh-server with apt-get, which this machine lacks): install Open MPI and an OpenSSH server with its package manager"
     ]
+
+
+@needs_root
+def test_on_a_disk_short_of_four_runtimes_make_test_names_what_they_and_one_build_take(monkeypatch, tmp_path):
+    # A 2 GB file system holds the runtime cache, as a user's small disk would; make test builds four.
+    cache = tmp_path / "small-disk"
+    cache.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2g", "tmpfs", str(cache)], check=True)
+    monkeypatch.setenv("TRAINSTACK_RUNTIME_CACHE", str(cache / "runtimes"))
+    repository = copy(tmp_path)
+    try:
+        lines = stopped_first(*make("test", repository), repository, "test")
+    finally:
+        subprocess.run(["umount", str(cache)], check=True)
+
+    # four runtimes: 3 GB that stays of each, 5 GB more while one builds; and the environments, 4 GB
+    needed = "21 GB of free disk under {} (the environments and image runtimes still to build): 2 GB free"
+    assert f"make test needs {needed.format(cache)}" in lines
