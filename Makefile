@@ -73,8 +73,9 @@ lint: synth ## ruff, cfn-lint and checkov over the synthesized template
 
 # Three workers on two cores, each file whole on one (its module fixtures, one twin per module, stay
 # shared): the twin's jobs wait on their hosts' processes and on polls, so two workers left the cores
-# idle 14% of the suite; three took 1511 s where two took 1630 s for the same 1585 tests (2026-11-27,
-# this 2-core machine, runtimes built). The ten slowest are listed at the end.
+# idle 14% of the suite; three, with the twin polling every second, took 1511 s where two with its
+# back-off took 1630 s (2026-11-27, this 2-core machine, runtimes built); a fresh clone's whole
+# `make test` took 1739 s (docs/getting-started.md). The ten slowest are listed at the end.
 # The prerequisites are checked before anything installs (tools/prerequisites.py: one line for each
 # thing missing, with its fix). The image runtimes, most of a first run's install (downloads), build
 # beside the other installs and the docs site: they need only the project venv.
