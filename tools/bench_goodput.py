@@ -53,7 +53,7 @@ from trainstack.identity import Run  # noqa: E402
 from trainstack.planner.goodput import FailureKind, expected_goodput, pipeline_restart  # noqa: E402
 from trainstack_contract import fault_hooks  # noqa: E402
 from trainstack_contract.checkpoint_cadence import AUTO, checkpoint_interval_seconds  # noqa: E402
-from trainstack_local.emulator import REGION, local_aws, training_files  # noqa: E402
+from trainstack_local.emulator import REGION, STATE_MACHINE_POLL_SECONDS, local_aws, training_files  # noqa: E402
 from trainstack_local.event_feed import EventFeed  # noqa: E402
 from trainstack_local.pipeline import finish, upload_sample_data  # noqa: E402
 from trainstack_local.sagemaker_twin import InjectedFault, JobRun, SageMakerTwin, TwinSettings  # noqa: E402
@@ -64,8 +64,6 @@ KINDS = (HANG, TRANSPORT, SPOT)
 FIXED_INTERVALS = (10, 100, 1000)  # steps: 10x apart
 STEP_TIMEOUT_SECONDS = 3  # the watchdog's limit: how long a hang holds the job before it fails
 HOSTS = 2
-FIRST_POLL_SECONDS = 1  # local_aws's: Describe polls at 1 s doubling to 4 s, the restart waits 1 s doubling
-MAX_POLL_SECONDS = 4
 SPOT_CAPACITY_WAIT_SECONDS = 1.0
 STEP_LINE = re.compile(r"^step=(\d+) .*?step_time=([0-9.]+)", re.MULTILINE)
 SAVED_LINE = re.compile(r"saved step_\d+ in ([0-9.]+) s")
@@ -324,7 +322,7 @@ def predict(measured: Measured, checkpoint_every: int | str, mttf_steps: float, 
         checkpoint_interval_seconds(save, mttf) if checkpoint_every == AUTO else int(checkpoint_every) * measured.step_seconds
     )
     failing_restarts = steps * measured.step_seconds / mttf * 2 / 3  # hangs and transport errors: a third each
-    restart = pipeline_restart(failing_restarts, save, start_up, FIRST_POLL_SECONDS, MAX_POLL_SECONDS).seconds
+    restart = pipeline_restart(failing_restarts, save, start_up, STATE_MACHINE_POLL_SECONDS, STATE_MACHINE_POLL_SECONDS).seconds
     kinds = (
         FailureKind(1 / 3, restart + STEP_TIMEOUT_SECONDS),  # a hang holds the job for the watchdog's limit first
         FailureKind(1 / 3, restart),

@@ -111,6 +111,11 @@ def training_files(workdir: Path) -> TrainingFiles:
 
 
 MOTO_INTERPRETER_LOGGER = "moto.stepfunctions.parser"
+# The state machine's Describe polls and first restart wait (the Lambdas' FIRST_POLL_SECONDS and
+# MAX_POLL_SECONDS; the deployed stack starts at a minute and backs off). No back-off here: a twin's job
+# ends within a minute, and every second a run waits on a backed-off poll after its job ended is a
+# second the tests' cores stand idle.
+STATE_MACHINE_POLL_SECONDS = 1
 
 
 @contextmanager
@@ -119,7 +124,6 @@ def local_aws(
     workdir: Path,
     *,
     files: TrainingFiles,
-    first_poll_seconds: int = 1,
     settings: TwinSettings | None = None,
     images: ImageRegistry | None = None,
     feed: EventFeed | None = None,
@@ -150,16 +154,14 @@ def local_aws(
         twin.storage_endpoint = endpoint  # the S3 the jobs' containers reach, with their role's credentials
         stack = LocalStack(faults=faults, batch=batch, account=account)
         try:
-            _create_resources(template, stack, files, first_poll_seconds, mlflow_tracking_server_arn)
+            _create_resources(template, stack, files, mlflow_tracking_server_arn)
             yield stack, twin
         finally:
             batch.close()  # before the twin stops its jobs, so that no service job starts one after
             twin.close()
 
 
-def _create_resources(
-    template: dict[str, Any], stack: LocalStack, files: TrainingFiles, first_poll_seconds: int, mlflow_tracking_server_arn: str
-) -> None:
+def _create_resources(template: dict[str, Any], stack: LocalStack, files: TrainingFiles, mlflow_tracking_server_arn: str) -> None:
     """The stack's runtime resources in moto, each function configured with the stack's variables.
     `mlflow_tracking_server_arn`: the twin's tracking server, when one runs (the stack's setting)."""
     s3 = boto3.client("s3", region_name=REGION)
@@ -210,10 +212,8 @@ def _create_resources(
     environment = lambda_variables(
         stack.context,
         topic_arn=stack.topic_arn,
-        first_poll_seconds=first_poll_seconds,
-        # No back-off here: a twin's job ends within a minute, and every second a run waits on a
-        # backed-off poll after its job ended is a second the tests' cores stand idle.
-        max_poll_seconds=first_poll_seconds,
+        first_poll_seconds=STATE_MACHINE_POLL_SECONDS,
+        max_poll_seconds=STATE_MACHINE_POLL_SECONDS,
     )
     lambda_client = boto3.client("lambda", region_name=REGION)
     arns = {}
