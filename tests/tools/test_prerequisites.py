@@ -191,11 +191,11 @@ def test_as_root_without_apt_a_missing_mpirun_is_named(monkeypatch, tmp_path):
 @needs_root
 def test_on_a_disk_short_of_four_runtimes_make_test_names_what_they_and_one_build_take(monkeypatch, tmp_path):
     # A 2 GB file system holds the runtime cache, as a user's small disk would; make test builds four.
+    repository = copy(tmp_path)
     cache = tmp_path / "small-disk"
     cache.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2g", "tmpfs", str(cache)], check=True)
     monkeypatch.setenv("TRAINSTACK_RUNTIME_CACHE", str(cache / "runtimes"))
-    repository = copy(tmp_path)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2g", "tmpfs", str(cache)], check=True)
     try:
         lines = stopped_first(*make("test", repository), repository, "test")
     finally:
