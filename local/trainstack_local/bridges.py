@@ -13,7 +13,8 @@ duration of `moto_bridges()` only:
   EventBridge's message attributes (its 24 hours of retries are not emulated).
 - Step Functions: a stopped execution is ABORTED from StopExecution on, dated by it, as Step Functions
   answers (moto's interpreter took the stop only when the state it was in returned, ended a stopped Map
-  state as FAILED, and failed a stop that came before its thread had begun). An execution that ends
+  state as FAILED, and failed a stop that came before its thread had begun); a stop of an execution that
+  has ended changes nothing and sends no event. An execution that ends
   emits the "Step Functions Execution Status Change" event (StopExecution: ABORTED; the interpreter's
   end: SUCCEEDED, FAILED, TIMED_OUT) that the stack's rule sends to the Stop function.
 - Faults: `ApiFaults.inject(service, action, code)` makes the next calls of one API action fail as
@@ -86,6 +87,9 @@ _SIGNED_BY = re.compile(r"Credential=([^/,\s]+)/")
 # One handler at a time: redirect_stdout is process-wide, so each function's log holds only its own
 # output, and each call starts from fresh clients and a fresh read of its environment.
 _INVOKE_LOCK = threading.Lock()
+# How long closing the bridges waits for the functions EventBridge is still invoking: a Stop takes
+# well under a second here, a few seconds more while a fault makes it ask AWS again.
+ASYNC_INVOCATIONS_DRAIN_SECONDS = 60
 
 
 # The HTTP status AWS answers each of its common errors with (the AWS API references' "Common Errors"):
@@ -264,12 +268,18 @@ def moto_bridges(
                 except ClientError as error:  # past EventBridge's retries (not emulated): the target's DLQ
                     dead_letter(self.arn, target, payload, error)
             elif ":lambda:" in target["Arn"]:  # EventBridge invokes functions asynchronously
-                threading.Thread(
+                invocation = threading.Thread(
                     target=lambda arn=target["Arn"]: boto3.client("lambda", region_name=region).invoke(
                         FunctionName=arn, Payload=payload.encode()
                     ),
                     daemon=True,
-                ).start()
+                )
+                invocations[:] = [*(running for running in invocations if running.is_alive()), invocation]
+                invocation.start()
+
+    # EventBridge's asynchronous invocations, which closing waits for: one that outlived moto's mock would
+    # make its calls to AWS itself.
+    invocations: list[threading.Thread] = []
 
     def dead_letter(rule_arn: str, target: dict[str, Any], payload: str, error: ClientError) -> None:
         """Where EventBridge puts an event it could not deliver: the target's DLQ, with the attributes
@@ -441,10 +451,14 @@ def moto_bridges(
 
     def stop(self: Any, execution_arn: str) -> Any:
         execution = self.describe_execution(execution_arn)
-        if execution.exec_status == ExecutionStatus.RUNNING:
-            # moto's interpreter makes its environment on its own thread, which a stop right after the
-            # start can precede (moto then raised AttributeError: a 500): the stop waits for it.
-            poll_until(lambda: execution.exec_worker.env, bool, timeout=60, interval=0.01, what="the interpreter's start")
+        if execution.exec_status != ExecutionStatus.RUNNING:
+            # An ended (or already stopped) execution's status does not change, so it keeps its status and
+            # end date, and EventBridge gets no status-change event: the twin once sent a second one,
+            # ABORTED, for a run that had ended FAILED or SUCCEEDED.
+            return stop_execution(self, execution_arn)
+        # moto's interpreter makes its environment on its own thread, which a stop right after the start
+        # can precede (moto then raised AttributeError: a 500): the stop waits for it.
+        poll_until(lambda: execution.exec_worker.env, bool, timeout=60, interval=0.01, what="the interpreter's start")
         stopped_at.setdefault(execution_arn, datetime.now(UTC))
         execution = stop_execution(self, execution_arn)
         if execution.exec_status == ExecutionStatus.RUNNING:
@@ -532,6 +546,9 @@ def moto_bridges(
         yield
     finally:
         batch.close()  # local_aws has stopped it already, before the SageMaker twin; this covers other users
+        drained_by = time.monotonic() + ASYNC_INVOCATIONS_DRAIN_SECONDS
+        for invocation in invocations:
+            invocation.join(timeout=max(0.0, drained_by - time.monotonic()))
         for (owner, attribute), original in originals.items():
             setattr(owner, attribute, original)
         del SageMakerResponse.stop_training_job
