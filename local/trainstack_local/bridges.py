@@ -78,7 +78,7 @@ from trainstack_local import iam_twin
 from trainstack_local.account_twin import TwinAccount
 from trainstack_local.batch_twin import OPERATIONS, SERVICE_JOB_TYPE, BatchClientError, BatchTwin
 from trainstack_local.registry import ImageNotFoundError, RepositoryNotFoundError
-from trainstack_local.sagemaker_twin import SageMakerTwin
+from trainstack_local.sagemaker_twin import SageMakerTwin, TwinClosedError
 from trainstack_local.tracking_api import TrackingServerApi, TrackingServerNotFoundError
 
 # The access key of a SigV4 request, from its Authorization header or a presigned URL's X-Amz-Credential.
@@ -323,7 +323,11 @@ def moto_bridges(
         job.mlflow_config = self._get_param("MlflowConfig")  # moto's Describe returns each attribute, CamelCased
         job.algorithm_specification = specification  # moto swaps in a sample's MetricDefinitions
         job.retry_strategy = self._get_param("RetryStrategy")
-        twin.start(job, image)
+        try:
+            twin.start(job, image)
+        except TwinClosedError as closed:  # the emulated account is going: no job, as a failed create leaves none
+            del self.sagemaker_backend.training_jobs[name]
+            raise ValidationError(str(closed)) from None  # not worth a retry: the run that asked ends
         return result
 
     def presigned_tracking_server_url(self: Any) -> Any:

@@ -88,6 +88,11 @@ TWIN_ERROR_FILE = "twin-error.txt"  # in the job's folder: the trace of an error
 DATA_FAILURE = "ClientError: Data {direction} failed:Unable to {what} {uri} ({code}: {message})"
 
 
+class TwinClosedError(Exception):
+    """A job created once the twin has closed: it would train with no twin left to stop it, its threads
+    calling AWS itself once the emulated account is gone."""
+
+
 class DataMovementRefusedError(Exception):
     """S3 refused SageMaker's own data movement for the job (its execution role may not): the job fails
     with this reason, SageMaker's ClientError."""
@@ -626,6 +631,7 @@ class SageMakerTwin:
         # The twin's S3 as the jobs' containers reach it (s3_endpoint.py), when it is served (local_aws).
         self.storage_endpoint: str | None = None
         self.runs: dict[str, JobRun] = {}
+        self.closed = False  # from close() on, no job starts
         self.synced: dict[tuple[str, str, int], dict[str, tuple[int, int]]] = {}
         self._capacity: dict[str, int] = {}
         self._injected: dict[InjectedFault, int] = {}  # uses left
@@ -691,7 +697,10 @@ class SageMakerTwin:
 
     def start(self, job: Any, image: TwinImage) -> JobRun:
         run = JobRun(self, job, image)
-        self.runs[run.name] = run
+        with self._lock:
+            if self.closed:
+                raise TwinClosedError(f"the SageMaker twin has closed: job {run.name} was not started")
+            self.runs[run.name] = run
         if self.feed is not None:
             config = job.resource_config
             types = [p["InstanceType"] for p in config.get("InstancePreferences") or []] or [config["InstanceType"]]
@@ -718,6 +727,11 @@ class SageMakerTwin:
             run.thread.join(max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
+        """Stop every job and wait for them. A job created from now on is refused: an execution still
+        running when the twin closes (a restart on its way) once started one that trained on, unstopped,
+        into later tests, its log sync calling AWS's own endpoints."""
+        with self._lock:
+            self.closed = True
         for run in list(self.runs.values()):
             run.requests.stop.set()
         self.wait(timeout=self.settings.stop_grace_seconds + 30)
