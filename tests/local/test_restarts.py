@@ -73,13 +73,12 @@ def test_a_hang_on_one_host_is_restarted_and_every_host_resumes_from_the_last_ch
     assert run.status == "SUCCEEDED", run.cause
     assert len(jobs) == 2 and jobs[1] == f"{jobs[0]}-a1"
     hung, resumed = trial["attempts"]
-    assert (hung["status"], hung["kind"], hung["cause"], hung["decision"]) == (
-        "Failed",
-        "infrastructure",
-        "hang",
-        "restart 1 of 3",
-    )
-    assert "StepTimeout" in hung["reason"]
+    assert (hung["status"], hung["kind"], hung["decision"]) == ("Failed", "infrastructure", "restart 1 of 3")
+    # The job's reason is the first host's to fail: algo-2's watchdog (StepTimeout) ends its rank, and
+    # algo-1's rank, waiting in the all-reduce, then fails in the transport; which host's processes
+    # are down first is a race (a CI run of 90b43a2 reported the transport error). Either names a
+    # failure of the infrastructure, and the restart is the same.
+    assert (hung["cause"], "StepTimeout" in hung["reason"]) in (("hang", True), ("transport", False))
     assert (hung["checkpoint_step"], hung["trained_to_step"], hung["steps_lost"]) == (4, 5, 1)
     assert (resumed["status"], trial["restarts"], trial["steps_lost"]) == ("Completed", 1, 1)
     log = twin.runs[jobs[1]].log()
