@@ -274,12 +274,14 @@ def moto_bridges(
                     ),
                     daemon=True,
                 )
-                invocations[:] = [*(running for running in invocations if running.is_alive()), invocation]
+                with invocations_lock:  # events arrive on many threads (executions, jobs, the queue)
+                    invocations[:] = [*(running for running in invocations if running.is_alive()), invocation]
                 invocation.start()
 
     # EventBridge's asynchronous invocations, which closing waits for: one that outlived moto's mock would
     # make its calls to AWS itself.
     invocations: list[threading.Thread] = []
+    invocations_lock = threading.Lock()
 
     def dead_letter(rule_arn: str, target: dict[str, Any], payload: str, error: ClientError) -> None:
         """Where EventBridge puts an event it could not deliver: the target's DLQ, with the attributes
@@ -551,8 +553,12 @@ def moto_bridges(
     finally:
         batch.close()  # local_aws has stopped it already, before the SageMaker twin; this covers other users
         drained_by = time.monotonic() + ASYNC_INVOCATIONS_DRAIN_SECONDS
-        for invocation in invocations:
-            invocation.join(timeout=max(0.0, drained_by - time.monotonic()))
+        while time.monotonic() < drained_by:  # one may set off another (a Stop's own events)
+            with invocations_lock:
+                running = [invocation for invocation in invocations if invocation.is_alive()]
+            if not running:
+                break
+            running[0].join(timeout=max(0.0, drained_by - time.monotonic()))
         for (owner, attribute), original in originals.items():
             setattr(owner, attribute, original)
         del SageMakerResponse.stop_training_job
